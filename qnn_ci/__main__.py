@@ -1,0 +1,5 @@
+import sys
+
+from qnn_ci.cli import main
+
+sys.exit(main())

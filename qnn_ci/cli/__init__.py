@@ -1,0 +1,86 @@
+"""The `qnn-ci` command: a thin shell over the engine.
+
+Each sub-command lives in its own module under ``qnn_ci.cli`` and exposes
+``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only
+when their command runs, so ``qnn-ci --help`` stays fast.
+
+Exit status everywhere: 0 clean, 1 findings / failures, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from qnn_ci import __version__
+from qnn_ci.errors import UserError
+
+# command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("qnn_ci.cli.run_cmd", "run the pipeline for every export in one or more manifests"),
+    "shapes": ("qnn_ci.cli.shapes_cmd", "report and pin dynamic shapes; list interior tensors left dynamic"),
+    "inputs": ("qnn_ci.cli.inputs_cmd", "validate a calibration / qnn-net-run input list against a model"),
+    "namespace": ("qnn_ci.cli.namespace_cmd", "read the converter's recorded argument list back"),
+    "fp16": ("qnn_ci.cli.fp16_cmd", "count FP16 tensors in converter output; gate on the SoC"),
+    "encodings": ("qnn_ci.cli.encodings_cmd", "read an AIMET .encodings file and check its coverage"),
+    "sim": ("qnn_ci.cli.sim_cmd", "prepare (and run) a model on onnxruntime-qnn's HTP simulator"),
+    "compare": ("qnn_ci.cli.compare_cmd", "compare two sets of outputs with per-output thresholds"),
+    "schema": ("qnn_ci.cli.schema_cmd", "print the manifest's JSON Schema"),
+}
+
+log = logging.getLogger("qnn_ci")
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING - 10 * verbose
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("qnn-ci: %(levelname)s: %(message)s"))
+    root = logging.getLogger("qnn_ci")
+    root.handlers[:] = [handler]
+    root.setLevel(max(level, logging.DEBUG))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qnn-ci",
+        description="Check ONNX -> Qualcomm QNN exports: static shapes, calibration, "
+                    "conversion, FP16, HTP simulator and board runs.",
+    )
+    parser.add_argument("--version", action="version", version=f"qnn-ci {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more log output (repeat for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = build_parser()
+    # Find the sub-command without importing every module.
+    known, rest = top.parse_known_args(argv)
+    if not known.command:
+        top.print_help()
+        return 2
+    module_name, help_text = COMMANDS[known.command]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"qnn-ci {known.command}", description=help_text)
+    parser.add_argument("-v", "--verbose", action="count", default=known.verbose)
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    _setup_logging(args.verbose)
+    try:
+        return int(module.run(args))
+    except UserError as exc:
+        print(f"qnn-ci {known.command}: error: {exc.oneline()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"qnn-ci {known.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The resolved, typed form of one export in a manifest (`qnn-ci.yaml`).
+
+``qnn_ci.manifest`` reads and validates the YAML and produces these; stages only
+ever see these dataclasses. All paths are absolute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.tables import DEFAULT_BITWIDTHS, DEFAULT_COSINE
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    shape: tuple[int, ...] | None = None   # the static shape to pin
+    dtype: str | None = None               # numpy dtype name, e.g. "float32", "int64"
+    encoding: str | None = None            # "other" keeps the input unquantized
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    samples: int | None = None             # None: every line of an input list, 100 from a generator
+    input_list: Path | None = None         # an existing input list
+    generator: str | None = None           # "package.module:function"
+    from_export: str | None = None         # outputs of another export in the manifest
+    name_map: dict[str, str] = field(default_factory=dict)  # upstream output -> this input
+    held_out: int = 4                      # samples kept back for numeric checks
+
+
+@dataclass(frozen=True)
+class QuantizationSpec:
+    act_bitwidth: int = DEFAULT_BITWIDTHS["act"]
+    weights_bitwidth: int = DEFAULT_BITWIDTHS["weight"]
+    bias_bitwidth: int = DEFAULT_BITWIDTHS["bias"]
+    per_channel: bool = False
+    act_calibration: str | None = None     # min-max | sqnr | entropy | mse | percentile
+    param_calibration: str | None = None
+    percentile: float | None = None
+    float_fallback: bool = False
+    float_bitwidth: int | None = None
+    overrides: Path | None = None          # AIMET .encodings
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    soc: str | None = None                 # a name from qnn_ci.tables.SOCS
+    lib_target: str | None = None          # e.g. aarch64-oe-linux-gcc11.2
+
+
+@dataclass(frozen=True)
+class SdkSpec:
+    root: Path | None = None               # else $QNN_SDK_ROOT
+    esdk_env: Path | None = None           # else $ESDK_ENV
+    timeout_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    samples: int = 2                       # simulated inferences (the simulator is slow)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """metric -> bound. Higher-is-better metrics (cosine, snr, psnr) are minimums;
+    error metrics (max_abs, mean_abs) are maximums."""
+
+    default: dict[str, float] = field(default_factory=lambda: {"cosine": DEFAULT_COSINE})
+    per_output: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def for_output(self, name: str) -> dict[str, float]:
+        return {**self.default, **self.per_output.get(name, {})}
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    name: str
+    model: Path
+    manifest: Path
+    line: int                              # the export's line in the manifest
+    inputs: dict[str, InputSpec] = field(default_factory=dict)
+    opset: int | None = None
+    calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
+    quantization: QuantizationSpec = field(default_factory=QuantizationSpec)
+    target: TargetSpec = field(default_factory=TargetSpec)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    board: str | None = None
+    sdk: SdkSpec = field(default_factory=SdkSpec)
+    sim: SimSpec = field(default_factory=SimSpec)
+    raw: dict[str, Any] = field(default_factory=dict)  # the merged YAML mapping, for hashing
+
+    def pinned_dims(self) -> dict[str, tuple[int, ...]]:
+        return {n: i.shape for n, i in self.inputs.items() if i.shape is not None}

@@ -1,0 +1,69 @@
+"""The stage contract: typed inputs in, a typed ``StageResult`` out, artefacts
+in the stage's own work folder. No hidden globals: everything a stage may use
+is in its ``StageContext``.
+
+A stage module under ``qnn_ci.stages`` defines one subclass of ``Stage`` and
+the engine (``qnn_ci.pipeline``) lists it in ``STAGE_ORDER``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from qnn_ci.results import StageResult
+from qnn_ci.spec import ExportSpec
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What this run has at its disposal, resolved once per run."""
+
+    workdir: Path                                   # root of all work folders
+    sdk_root: Path | None = None                    # --qnn-sdk-root / $QNN_SDK_ROOT (manifest wins)
+    esdk_env: Path | None = None                    # $ESDK_ENV
+    boards: dict[str, Any] = field(default_factory=dict)  # name -> board config (qnn_ci.boards)
+    board_override: str | None = None               # --qnn-board
+    use_cache: bool = True
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def export_dir(self, export: str) -> Path:
+        return self.workdir / export
+
+
+@dataclass
+class StageContext:
+    export: ExportSpec
+    env: Environment
+    workdir: Path                                   # <workdir>/<export>/<stage>/, exists
+    upstream: dict[str, StageResult]                # results of the stages in `needs`
+    all_exports: dict[str, ExportSpec] = field(default_factory=dict)  # for `from:` chains
+    peer_results: dict[str, dict[str, StageResult]] = field(default_factory=dict)
+    # ^ other exports' results this stage depends on, e.g. {"det": {"calibration": ...}}
+
+
+class Stage:
+    """Base class. Subclasses set the class attributes and implement ``run``."""
+
+    name: ClassVar[str]
+    needs: ClassVar[tuple[str, ...]] = ()           # upstream stages of the same export
+    marker: ClassVar[str | None] = None             # "qnn_sdk" | "qnn_board" | "qnn_sim"
+    version: ClassVar[int] = 1                      # bump to invalidate cached results
+
+    def applies(self, export: ExportSpec) -> bool:
+        """False when the stage has nothing to do for this export (no item is made)."""
+        return True
+
+    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
+        """A precise reason to skip (missing SDK, board, package), else None."""
+        return None
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        """Extra inputs to the cache key beyond the export's settings and the
+        upstream results: file hashes, tool versions, flags."""
+        return {}
+
+    def run(self, ctx: StageContext) -> StageResult:
+        raise NotImplementedError

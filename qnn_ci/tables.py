@@ -1,0 +1,110 @@
+"""The one place for data tables: SoCs, HTP architectures, QNN data types,
+converter flag aliases. Every stage reads these facts from here.
+
+Sources: the QAIRT SDK docs and generated files (soc ids, arch, FP16) and what
+onnxruntime-qnn's simulator was observed to accept (``sim_soc_id``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from qnn_ci.errors import UserError
+
+
+@dataclass(frozen=True)
+class SocInfo:
+    name: str
+    sdk_soc_id: int          # the id the SDK docs / htp config (`soc_id`) use
+    sim_soc_id: int | None   # the numeric `soc_model` onnxruntime-qnn accepts for it
+    htp_arch: int            # 68 for v68, ...
+    fp16: bool               # whether the HTP executes FP16 ops
+    vtcm_mb: int | None      # VTCM size in MiB where known
+    aliases: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def arch_name(self) -> str:
+        return f"v{self.htp_arch}"
+
+
+SOCS: tuple[SocInfo, ...] = (
+    SocInfo("QCS6490", 35, 93, 68, False, 2, aliases=("QCM6490",),
+            note="the simulator names id 35 SM7325 and id 93 QCS6490"),
+    SocInfo("SM7325", 35, 35, 68, False, 2),
+    SocInfo("SM8350", 30, 30, 68, False, None,
+            note="vendor docs: no FP16; the simulator accepts FP16 for id 30"),
+    SocInfo("SA8295", 39, 39, 68, False, None, note="as SM8350"),
+    SocInfo("SM8450", 36, 36, 69, True, None),
+    SocInfo("SM8550", 43, 43, 73, True, None),
+    SocInfo("QCS8550", 66, None, 73, True, None, note="soc id 66: medium confidence"),
+    SocInfo("SM8650", 57, 57, 75, True, None),
+    SocInfo("SM8750", 69, 69, 79, True, None),
+    SocInfo("SM8850", 87, None, 81, True, None),
+)
+
+_BY_NAME = {s.name.upper(): s for s in SOCS} | {a.upper(): s for s in SOCS for a in s.aliases}
+
+
+def soc_names() -> list[str]:
+    return [s.name for s in SOCS]
+
+
+def find_soc(name: str) -> SocInfo | None:
+    return _BY_NAME.get(str(name).strip().upper())
+
+
+def get_soc(name: str, *, file: str | None = None, line: int | None = None,
+            key: str | None = None) -> SocInfo:
+    """The SoC named ``name``, or a UserError that lists the known ones."""
+    soc = find_soc(name)
+    if soc is not None:
+        return soc
+    close = difflib.get_close_matches(str(name).upper(), list(_BY_NAME), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise UserError(f"unknown SoC {name!r}{hint}; known: {', '.join(soc_names())}",
+                    file=file, line=line, key=key)
+
+
+# QNN data types: name -> (hex value, decimal value used in _net.json)
+QNN_DATATYPES: dict[str, int] = {
+    "QNN_DATATYPE_INT_8": 0x0008, "QNN_DATATYPE_INT_16": 0x0016,
+    "QNN_DATATYPE_INT_32": 0x0032, "QNN_DATATYPE_INT_64": 0x0064,
+    "QNN_DATATYPE_UINT_8": 0x0108, "QNN_DATATYPE_UINT_16": 0x0116,
+    "QNN_DATATYPE_UINT_32": 0x0132, "QNN_DATATYPE_UINT_64": 0x0164,
+    "QNN_DATATYPE_FLOAT_16": 0x0216, "QNN_DATATYPE_FLOAT_32": 0x0232,
+    "QNN_DATATYPE_SFIXED_POINT_8": 0x0308, "QNN_DATATYPE_SFIXED_POINT_16": 0x0316,
+    "QNN_DATATYPE_SFIXED_POINT_32": 0x0332, "QNN_DATATYPE_UFIXED_POINT_8": 0x0408,
+    "QNN_DATATYPE_UFIXED_POINT_16": 0x0416, "QNN_DATATYPE_UFIXED_POINT_32": 0x0432,
+    "QNN_DATATYPE_BOOL_8": 0x0508, "QNN_DATATYPE_UNDEFINED": 0x7FFFFFFF,
+}
+QNN_DATATYPE_BY_CODE: dict[int, str] = {v: k for k, v in QNN_DATATYPES.items()}
+FP16_CODE = QNN_DATATYPES["QNN_DATATYPE_FLOAT_16"]  # 0x216 == 534
+
+# qnn-onnx-converter: alias (short, deprecated from ~2.25) -> canonical destination.
+CONVERTER_ALIASES: dict[str, str] = {
+    "act_bw": "act_bitwidth",
+    "weight_bw": "weights_bitwidth",
+    "bias_bw": "bias_bitwidth",
+    "float_bw": "float_bitwidth",
+    "float_bias_bw": "float_bias_bitwidth",
+}
+CONVERTER_CANONICAL_TO_ALIAS: dict[str, str] = {v: k for k, v in CONVERTER_ALIASES.items()}
+
+# qnn-model-lib-generator: default targets when -t is omitted (neither runs on
+# an aarch64 Linux board).
+LIB_GENERATOR_DEFAULT_TARGETS: tuple[str, ...] = ("x86_64-linux-clang", "aarch64-android")
+
+# ELF e_machine per lib target prefix.
+ELF_MACHINE_BY_TARGET_PREFIX: dict[str, tuple[int, str]] = {
+    "aarch64-": (183, "AArch64"),
+    "x86_64-": (62, "x86-64"),
+    "arm-": (40, "ARM"),
+}
+
+# Default quantization: W8A16 with 32-bit bias.
+DEFAULT_BITWIDTHS = {"act": 16, "weight": 8, "bias": 32}
+
+# Default comparison threshold.
+DEFAULT_COSINE = 0.99
