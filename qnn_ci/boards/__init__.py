@@ -1,0 +1,1 @@
+"""Boards: declarations, locks, and running qnn-net-run on them."""

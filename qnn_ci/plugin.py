@@ -1,0 +1,3 @@
+"""The pytest plugin: collects qnn-ci manifests into test items (see README)."""
+
+from __future__ import annotations

@@ -1,0 +1,1 @@
+"""How qnn-ci reaches a board: SSH (fabric), ADB, or the local machine."""
