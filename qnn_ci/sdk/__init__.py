@@ -1,0 +1,1 @@
+"""Driving and reading back the Qualcomm QAIRT SDK tools."""
