@@ -27,6 +27,7 @@ class Environment:
     boards: dict[str, Any] = field(default_factory=dict)  # name -> board config (qnn_ci.boards)
     board_override: str | None = None               # --qnn-board
     use_cache: bool = True
+    run_token: str = ""                             # shared by xdist workers of one run
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def export_dir(self, export: str) -> Path:
@@ -51,6 +52,8 @@ class Stage:
     needs: ClassVar[tuple[str, ...]] = ()           # upstream stages of the same export
     marker: ClassVar[str | None] = None             # "qnn_sdk" | "qnn_board" | "qnn_sim"
     version: ClassVar[int] = 1                      # bump to invalidate cached results
+    cache_failures: ClassVar[bool] = True           # False for flaky resources (boards)
+    peer_needs: ClassVar[tuple[str, ...]] = ()      # stages of the exports named by peers()
 
     def applies(self, export: ExportSpec) -> bool:
         """False when the stage has nothing to do for this export (no item is made)."""
@@ -59,6 +62,11 @@ class Stage:
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
         """A precise reason to skip (missing SDK, board, package), else None."""
         return None
+
+    def peers(self, export: ExportSpec) -> tuple[str, ...]:
+        """Other exports of the manifest whose ``peer_needs`` stages this stage reads
+        (e.g. the upstream of a calibration ``from:`` chain)."""
+        return ()
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         """Extra inputs to the cache key beyond the export's settings and the

@@ -1,1 +1,1 @@
-"""Pipeline stages: one thin adapter per stage."""
+"""One module per pipeline stage (see qnn_ci.pipeline.STAGE_ORDER)."""

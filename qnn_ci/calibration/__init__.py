@@ -1,0 +1,1 @@
+"""Calibration data: input lists, raw tensor files, and where samples come from."""

@@ -1,0 +1,121 @@
+"""Check an input list against a model: names, paths, sizes, and signs of
+synthetic data (all-zero samples, samples identical to each other)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qnn_ci.calibration.input_list import parse_input_list, resolve_line
+from qnn_ci.errors import UserError
+from qnn_ci.onnx_io import TensorIO
+from qnn_ci.results import Finding, Severity
+
+_CHUNK = 1 << 22
+
+
+@dataclass
+class ValidationReport:
+    input_list: Path
+    samples: int
+    inputs: list[dict[str, Any]]
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"input_list": str(self.input_list), "samples": self.samples,
+                "inputs": self.inputs, "clean": self.clean,
+                "findings": [f.to_dict() for f in self.findings]}
+
+
+def _digest_and_zero(path: Path) -> tuple[str, bool]:
+    h = hashlib.blake2b(digest_size=16)
+    nonzero = False
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+            if not nonzero and chunk.strip(b"\0"):
+                nonzero = True
+    return h.hexdigest(), not nonzero
+
+
+def _dtype_hint(size: int, numel: int, want: np.dtype) -> str:
+    for other in ("float32", "float16", "int64", "int32", "uint8", "float64"):
+        d = np.dtype(other)
+        if d != want and numel and size == numel * d.itemsize:
+            return f" (the size fits {other}: was it written as {other}?)"
+    return ""
+
+
+def validate_input_list(path: Path, inputs: list[TensorIO],
+                        shapes: dict[str, tuple[int, ...]]) -> ValidationReport:
+    """``inputs`` are the model's graph inputs; ``shapes`` the static shape per input
+    (pinned dims win over the model's)."""
+    for io in inputs:
+        if io.name not in shapes:
+            raise UserError(f"input {io.name!r} has no static shape "
+                            f"(dims {list(io.dims or [])}): pin it with --dim "
+                            f"{io.name}=d0,d1,...")
+    parsed = parse_input_list(path)
+    names = [io.name for io in inputs]
+    by_name = {io.name: io for io in inputs}
+    findings: list[Finding] = []
+    seen: dict[str, dict[str, int]] = {n: {} for n in names}
+
+    def flag(check: str, msg: str, lineno: int, subject: str | None = None) -> None:
+        findings.append(Finding(check, f"line {lineno}: {msg}", Severity.ERROR, subject))
+
+    for line in parsed.lines:
+        try:
+            sample = resolve_line(line, names, source=path)
+        except UserError as exc:
+            flag("inputs.line", exc.message, line.lineno)
+            continue
+        for missing in [n for n in names if n not in sample]:
+            flag("inputs.missing", f"graph input {missing!r} is not named", line.lineno, missing)
+        for extra in [n for n in sample if n not in by_name]:
+            flag("inputs.unknown", f"{extra!r} is not a graph input (inputs: "
+                 f"{', '.join(names)}; names must match exactly)", line.lineno, extra)
+        for name, p in sample.items():
+            if name not in by_name:
+                continue
+            if not p.is_absolute():
+                flag("inputs.relative_path", f"{name}: path {p} is not absolute (the SDK "
+                     "tools resolve it against their own working directory)", line.lineno, name)
+                continue
+            if not p.is_file():
+                flag("inputs.missing_file", f"{name}: file {p} does not exist",
+                     line.lineno, name)
+                continue
+            dtype = np.dtype(by_name[name].dtype)
+            numel = int(np.prod(shapes[name], dtype=np.int64))
+            size = p.stat().st_size
+            want = numel * dtype.itemsize
+            if size != want:
+                flag("inputs.size", f"{name}: {p.name} is {size} bytes, expected {want} "
+                     f"({'x'.join(map(str, shapes[name])) or 'scalar'} {dtype.name})"
+                     f"{_dtype_hint(size, numel, dtype)}", line.lineno, name)
+                continue
+            if numel <= 1:
+                continue  # scalars (a sample rate, a flag) legitimately repeat
+            digest, zero = _digest_and_zero(p)
+            if zero:
+                flag("inputs.all_zero", f"{name}: {p.name} is all zeros (synthetic data? "
+                     "calibration needs real inference data)", line.lineno, name)
+            if digest in seen[name]:
+                flag("inputs.identical", f"{name}: {p.name} is identical to the sample on "
+                     f"line {seen[name][digest]} (synthetic or duplicated data?)",
+                     line.lineno, name)
+            else:
+                seen[name][digest] = line.lineno
+    if not parsed.lines:
+        findings.append(Finding("inputs.empty", "the input list has no samples"))
+    info = [{"name": n, "dtype": by_name[n].dtype, "shape": list(shapes[n])} for n in names]
+    return ValidationReport(path, len(parsed.lines), info, findings)

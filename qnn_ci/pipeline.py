@@ -1,0 +1,211 @@
+"""The engine: runs an export's stages in order, once, with caching and locks.
+
+Knows nothing about pytest. The pytest plugin and `qnn-ci run` both ask it for
+``result(export, stage)``; it runs what that needs (upstream stages of the same
+export, and peer exports' stages for calibration ``from:`` chains), reuses a
+cached result whose key still matches, and turns a failed or skipped upstream
+into a "blocked by <export>::<stage>" skip so the root cause stays the one failure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import shutil
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from filelock import FileLock
+
+from qnn_ci import __version__
+from qnn_ci.cache import ResultStore, digest
+from qnn_ci.errors import UserError
+from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.spec import ExportSpec
+from qnn_ci.stage import Environment, Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+STAGE_ORDER: tuple[str, ...] = (
+    "static_shapes", "calibration", "encodings", "sim_npu", "sim_numerics", "dry_run",
+    "convert", "contract", "fp16_gate", "model_lib", "so_load", "htp_vs_cpu",
+)
+
+
+def load_stages(names: tuple[str, ...] = STAGE_ORDER) -> dict[str, Stage]:
+    """The stages that exist in this installation, in pipeline order. A stage whose
+    module is not there yet makes no items."""
+    stages: dict[str, Stage] = {}
+    for name in names:
+        module_name = f"qnn_ci.stages.{name}"
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Stage) and obj is not Stage \
+                    and getattr(obj, "name", None) == name:
+                stages[name] = obj()
+                break
+    return stages
+
+
+@dataclass
+class Event:
+    export: str
+    stage: str
+    result: StageResult
+
+
+class Pipeline:
+    def __init__(self, exports: list[ExportSpec], env: Environment, *,
+                 stages: dict[str, Stage] | None = None,
+                 on_result: Callable[[Event], None] | None = None) -> None:
+        self.exports = {e.name: e for e in exports}
+        self.env = env
+        self.stages = stages if stages is not None else load_stages()
+        self.on_result = on_result
+        self.store = ResultStore()
+        self._results: dict[tuple[str, str], StageResult] = {}
+        self._keys: dict[tuple[str, str], str] = {}
+
+    # -- planning ---------------------------------------------------------------
+    def plan(self, export: ExportSpec) -> list[Stage]:
+        return [s for s in self.stages.values() if s.applies(export)]
+
+    def stage_names(self, export: ExportSpec) -> list[str]:
+        return [s.name for s in self.plan(export)]
+
+    # -- running ----------------------------------------------------------------
+    def run_export(self, name: str, only: set[str] | None = None) -> list[StageResult]:
+        export = self.exports[name]
+        return [self.result(name, s.name) for s in self.plan(export)
+                if only is None or s.name in only]
+
+    def result(self, export_name: str, stage_name: str) -> StageResult:
+        key = (export_name, stage_name)
+        if key not in self._results:
+            res = self._compute(export_name, stage_name)
+            self._results[key] = res
+            if self.on_result:
+                self.on_result(Event(export_name, stage_name, res))
+        return self._results[key]
+
+    def _blocked(self, stage: str, by: str, upstream: StageResult) -> StageResult:
+        root = upstream.data.get("blocked_by") or by
+        reason = upstream.data.get("reason") or upstream.summary
+        if upstream.status == Status.SKIPPED and "blocked_by" not in upstream.data:
+            text = f"blocked by {by} (skipped: {reason})"
+        elif "blocked_by" in upstream.data:
+            text = f"blocked by {root}"
+        else:
+            text = f"blocked by {by}"
+        return StageResult(stage, Status.SKIPPED, text,
+                           data={"blocked_by": root, "reason": text})
+
+    def _compute(self, export_name: str, stage_name: str) -> StageResult:
+        export = self.exports[export_name]
+        stage = self.stages[stage_name]
+        reason = stage.unavailable(export, self.env)
+        if reason:
+            return StageResult(stage_name, Status.SKIPPED, reason, data={"reason": reason})
+        planned = set(self.stage_names(export))
+        upstream: dict[str, StageResult] = {}
+        for need in stage.needs:
+            if need not in self.stages or need not in planned:
+                continue
+            res = self.result(export_name, need)
+            if res.status != Status.PASSED:
+                return self._blocked(stage_name, f"{export_name}::{need}", res)
+            upstream[need] = res
+        peer_results: dict[str, dict[str, StageResult]] = {}
+        for peer in stage.peers(export):
+            for need in stage.peer_needs:
+                if need not in self.stages:
+                    continue
+                res = self.result(peer, need)
+                if res.status != Status.PASSED:
+                    return self._blocked(stage_name, f"{peer}::{need}", res)
+                peer_results.setdefault(peer, {})[need] = res
+        stage_dir = self.env.export_dir(export_name) / stage_name
+        ctx = StageContext(export=export, env=self.env, workdir=stage_dir, upstream=upstream,
+                           all_exports=self.exports, peer_results=peer_results)
+        try:
+            fingerprint = stage.fingerprint(ctx)
+        except UserError as exc:
+            return self._error(stage_name, exc)
+        cache_key = digest({
+            "qnn_ci": __version__, "stage": stage_name, "version": stage.version,
+            "export": export, "fingerprint": fingerprint,
+            "upstream": {n: self._keys.get((export_name, n)) for n in upstream},
+            "peers": {p: {n: self._keys.get((p, n)) for n in r} for p, r in peer_results.items()},
+            "token": "" if self.env.use_cache else self.env.run_token,
+        })
+        self._keys[(export_name, stage_name)] = cache_key
+        stage_dir.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(stage_dir.parent / f".{stage_name}.lock")):
+            if self.env.use_cache or self.env.run_token:
+                cached = self.store.load(stage_dir, cache_key)
+                if cached is not None:
+                    log.info("%s::%s: cached (%s)", export_name, stage_name, cached.status)
+                    return cached
+            if stage_dir.exists():
+                shutil.rmtree(stage_dir)
+            stage_dir.mkdir(parents=True)
+            log.info("%s::%s: running", export_name, stage_name)
+            start = time.monotonic()
+            result = self._run_stage(stage, ctx)
+            result.duration_s = round(time.monotonic() - start, 3)
+            result.properties.setdefault("duration_s", result.duration_s)
+            if result.status == Status.PASSED or (
+                    result.status == Status.FAILED and stage.cache_failures):
+                self.store.save(stage_dir, cache_key, result)
+            return result
+
+    def _error(self, stage_name: str, exc: UserError) -> StageResult:
+        return StageResult(stage_name, Status.ERROR, exc.oneline(),
+                           findings=[Finding("input", exc.oneline())])
+
+    def _run_stage(self, stage: Stage, ctx: StageContext) -> StageResult:
+        try:
+            result = stage.run(ctx)
+        except UserError as exc:
+            return self._error(stage.name, exc)
+        except Exception as exc:  # a crash in one stage must not take down the run
+            tb = traceback.format_exc()
+            (ctx.workdir / "crash.log").write_text(tb, "utf-8")
+            msg = f"internal error in stage {stage.name}: {type(exc).__name__}: {exc} " \
+                  f"(traceback in {ctx.workdir / 'crash.log'})"
+            log.error("%s", msg)
+            return StageResult(stage.name, Status.FAILED, msg,
+                               findings=[Finding("internal", msg, Severity.ERROR)],
+                               artefacts={"crash_log": str(ctx.workdir / "crash.log")})
+        if not isinstance(result, StageResult):
+            raise TypeError(f"stage {stage.name} returned {type(result).__name__}")
+        return result
+
+
+def summarize(results: dict[str, list[StageResult]]) -> dict[str, int]:
+    counts = {s.value: 0 for s in Status}
+    for rs in results.values():
+        for r in rs:
+            counts[r.status.value] += 1
+    return counts
+
+
+def exit_status(results: dict[str, list[StageResult]]) -> int:
+    statuses = [r.status for rs in results.values() for r in rs]
+    if Status.ERROR in statuses:
+        return 2
+    if Status.FAILED in statuses:
+        return 1
+    return 0
+
+
+def jsonable_results(results: dict[str, list[StageResult]]) -> dict[str, Any]:
+    return {e: [r.to_dict() for r in rs] for e, rs in results.items()}

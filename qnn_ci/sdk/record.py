@@ -1,0 +1,356 @@
+"""The converter's recorded argument list (its resolved "namespace").
+
+``qnn-onnx-converter`` writes every resolved argparse destination into a
+comment at the top of the generated source, and the same string into
+``<name>_net.json`` under ``converter_command``. Two layouts exist:
+
+- 2.27 and later: ``qnn-onnx-converter; act_bitwidth=16; ...; weights_bitwidth=8``
+- about 2.18 and earlier: the same list separated by single spaces, with the
+  alias pairs side by side (``act_bitwidth=8 act_bw=8``).
+
+Values are Python ``str()`` forms and may contain spaces inside list reprs
+(``out_names=['a', 'b']``), so a list is split only before ``key=`` tokens.
+Alias spellings are folded onto one canonical name
+(``qnn_ci.tables.CONVERTER_ALIASES``); spellings that disagree are kept as
+``AliasConflict`` so they can be reported.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from qnn_ci.errors import UserError
+from qnn_ci.tables import CONVERTER_ALIASES, CONVERTER_CANONICAL_TO_ALIAS
+
+log = logging.getLogger(__name__)
+
+Era = Literal["semicolon", "space"]
+
+_KEY_AT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_SEMI_SPLIT = re.compile(r";\s*(?=[A-Za-z_][A-Za-z0-9_]*=)")
+_SPACE_SPLIT = re.compile(r"\s+(?=[A-Za-z_][A-Za-z0-9_]*=)")
+_SEMI_ERA = re.compile(r";\s*[A-Za-z_][A-Za-z0-9_]*=")
+_CMD_MARKER = re.compile(r"Command Line used:\s*(.*?)(\*/|\Z)", re.S)
+_CMD_LINE = re.compile(r"^[ \t]*(\S*converter\S*(?:;[ \t]*|[ \t]+)[A-Za-z_]\w*=.*)$", re.M)
+_SDK_VERSION = re.compile(r"QNN_SDK_VERSION\s*=\s*\"([^\"]*)\"")
+_VERSION_NUMBER = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+_OPEN = {"[": "]", "(": ")", "{": "}"}
+
+
+def canonical_key(key: str) -> str:
+    """The canonical argparse destination for a spelling (``act_bw`` -> ``act_bitwidth``)."""
+    key = key.strip().lstrip("-")
+    return CONVERTER_ALIASES.get(key, key)
+
+
+def literal(text: str | None) -> Any:
+    """A recorded value as Python: None/True/False/int/float/list/dict, else the text."""
+    if text is None:
+        return None
+    stripped = text.strip()
+    if not stripped:
+        return ""
+    try:
+        value = ast.literal_eval(stripped)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+    if isinstance(value, complex):
+        return text
+    return value
+
+
+def loose_literal(text: str) -> Any:
+    """Like ``literal`` but also accepts ``true``/``false``/``none`` in any case
+    (values typed by a user on a command line)."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false", "none"):
+        return {"true": True, "false": False, "none": None}[lowered]
+    return literal(text)
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_norm(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _norm(v) for k, v in value.items()}
+    return value
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Semantic equality of two values (already converted with ``literal``):
+    ``16 == 16.0``, a list equals a tuple, ``None`` equals ``""`` (both mean
+    "not given"), but ``True`` never equals ``1``."""
+    if a in (None, "") and b in (None, ""):
+        return True
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return float(a) == float(b)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(_norm(a) == _norm(b))
+
+
+def short_version(full: str | None) -> str | None:
+    """``qaisw-v2.27.0.240926142112_100894`` -> ``2.27.0``."""
+    if not full:
+        return None
+    m = _VERSION_NUMBER.search(full)
+    if not m:
+        return None
+    return f"{m.group(1)}.{m.group(2)}.{m.group(3) or 0}"
+
+
+@dataclass
+class AliasConflict:
+    """Two spellings of one destination recorded with different values."""
+
+    canonical: str
+    values: dict[str, str]     # spelling as written -> raw value
+
+    def message(self) -> str:
+        shown = ", ".join(f"{k}={v}" for k, v in self.values.items())
+        return (f"{self.canonical}: alias spellings disagree ({shown}); "
+                f"which one the converter used is not certain")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"canonical": self.canonical, "values": dict(self.values)}
+
+
+@dataclass
+class ConverterRecord:
+    tool: str
+    sdk_version: str | None                    # "2.27.0"
+    args: dict[str, str]                       # canonical name -> raw value text
+    raw_args: list[tuple[str, str]]            # as written, in order
+    conflicts: list[AliasConflict]
+    era: Era
+    raw: str                                   # the record string as found
+    sdk_version_full: str | None = None        # "qaisw-v2.27.0.240926142112_100894"
+    source: str | None = None                  # the file it was read from
+    problems: list[str] = field(default_factory=list)
+
+    def has(self, key: str) -> bool:
+        return canonical_key(key) in self.args
+
+    def raw_value(self, key: str) -> str | None:
+        return self.args.get(canonical_key(key))
+
+    def value(self, key: str) -> Any:
+        """The recorded value of ``key`` (any spelling) as Python, None when absent."""
+        return literal(self.args.get(canonical_key(key)))
+
+    def spellings(self, key: str) -> list[str]:
+        """Every spelling of ``key``'s destination that the record carries."""
+        canon = canonical_key(key)
+        return [k for k, _ in self.raw_args if canonical_key(k) == canon]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "sdk_version": self.sdk_version,
+            "sdk_version_full": self.sdk_version_full,
+            "era": self.era,
+            "args": dict(self.args),
+            "conflicts": [c.to_dict() for c in self.conflicts],
+            "problems": list(self.problems),
+            "source": self.source,
+            "raw": self.raw,
+        }
+
+
+def _detect_era(text: str) -> Era:
+    return "semicolon" if _SEMI_ERA.search(text) else "space"
+
+
+def _bracket_end(text: str, start: int) -> int | None:
+    """Index just past the bracket group opening at ``start``, None if unbalanced."""
+    stack: list[str] = []
+    quote: str | None = None
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in ("'", '"'):
+            quote = ch
+        elif ch in _OPEN:
+            stack.append(_OPEN[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i + 1
+        i += 1
+    return None
+
+
+def _split(text: str, era: Era, problems: list[str]) -> list[str]:
+    splitter = _SEMI_SPLIT if era == "semicolon" else _SPACE_SPLIT
+    tokens: list[str] = []
+    pos = 0
+    n = len(text)
+    while pos < n:
+        key = _KEY_AT.match(text, pos)
+        search_from = pos
+        if key:
+            vstart = key.end()
+            if vstart < n and text[vstart] in _OPEN:
+                end = _bracket_end(text, vstart)
+                if end is None:
+                    problems.append(f"unbalanced brackets in the value of "
+                                    f"{key.group(0)[:-1]}")
+                else:
+                    search_from = end
+        m = splitter.search(text, search_from)
+        if m is None:
+            tokens.append(text[pos:].strip())
+            break
+        tokens.append(text[pos:m.start()].strip())
+        pos = m.end()
+    return [t for t in tokens if t]
+
+
+def parse_record_text(text: str, *, source: str | None = None) -> ConverterRecord:
+    """Parse a record string (either era). Never raises on odd content: what
+    cannot be read is listed in ``problems``."""
+    raw = text.strip()
+    flat = re.sub(r"\s*\n\s*", " ", raw)          # a wrapped record reads as one line
+    era = _detect_era(flat)
+    problems: list[str] = []
+    tokens = _split(flat, era, problems)
+    tool = ""
+    if tokens and not _KEY_AT.match(tokens[0]):
+        tool = tokens.pop(0).rstrip(";").strip()
+    raw_args: list[tuple[str, str]] = []
+    for tok in tokens:
+        key_m = _KEY_AT.match(tok)
+        if not key_m:
+            problems.append(f"unreadable fragment {tok[:60]!r}")
+            continue
+        value = tok[key_m.end():]
+        if era == "semicolon":
+            value = value.rstrip(";")
+        raw_args.append((key_m.group(0)[:-1], value.strip()))
+    if not raw_args:
+        problems.append("no key=value entries in the record")
+
+    grouped: dict[str, dict[str, str]] = {}
+    for key, value in raw_args:
+        spellings = grouped.setdefault(canonical_key(key), {})
+        if key in spellings and not same_value(literal(spellings[key]), literal(value)):
+            problems.append(f"{key} recorded twice with different values "
+                            f"({spellings[key]!r}, {value!r}); the first is used")
+            continue
+        spellings.setdefault(key, value)
+
+    args: dict[str, str] = {}
+    conflicts: list[AliasConflict] = []
+    for canon, spellings in grouped.items():
+        args[canon] = spellings.get(canon, next(iter(spellings.values())))
+        values = list(spellings.values())
+        if len(values) > 1 and not all(same_value(literal(values[0]), literal(v))
+                                       for v in values[1:]):
+            conflicts.append(AliasConflict(canon, dict(spellings)))
+    for c in conflicts:
+        log.warning("%s", c.message())
+    return ConverterRecord(tool=tool, sdk_version=None, args=args, raw_args=raw_args,
+                           conflicts=conflicts, era=era, raw=raw, source=source,
+                           problems=problems)
+
+
+def _record_from_source(text: str) -> tuple[str | None, list[str]]:
+    problems: list[str] = []
+    m = _CMD_MARKER.search(text)
+    if m:
+        if not m.group(2):
+            problems.append("the record comment is not closed (file truncated?)")
+        body = m.group(1).strip()
+        return (body or None), problems
+    m2 = _CMD_LINE.search(text[:200_000])
+    if m2:
+        problems.append("no 'Command Line used:' marker; read the converter line found")
+        return m2.group(1).strip(), problems
+    return None, problems
+
+
+def _sdk_version_in(text: str) -> str | None:
+    m = _SDK_VERSION.search(text)
+    return m.group(1) if m else None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError("file not found", file=path) from None
+    except OSError as exc:
+        raise UserError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
+    return data.decode("utf-8", errors="replace")
+
+
+def looks_like_json(text: str, path: Path) -> bool:
+    return text.lstrip().startswith("{") or path.suffix.lower() == ".json"
+
+
+def load_json(text: str, path: Path) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                        f"pass the converter's _net.json or its generated source",
+                        file=path) from None
+
+
+def _version_in_json(data: dict[str, Any]) -> str | None:
+    for key, value in data.items():
+        if "version" in str(key).lower() and isinstance(value, str) and \
+                _VERSION_NUMBER.search(value):
+            return value
+    return None
+
+
+def read_record(path: Path) -> ConverterRecord:
+    """The recorded argument list of a generated source (any extension, or none)
+    or a ``_net.json``. UserError (one line, naming the file) when there is none."""
+    path = Path(path)
+    text = _read_text(path)
+    if looks_like_json(text, path):
+        data = load_json(text, path)
+        if not isinstance(data, dict):
+            raise UserError("JSON top level is not an object; expected a converter "
+                            "_net.json", file=path)
+        cmd = data.get("converter_command")
+        if not isinstance(cmd, str) or not cmd.strip():
+            what = "missing" if cmd is None else "empty"
+            raise UserError(f"no recorded argument list: converter_command is {what} "
+                            f"(a file not written by qnn-onnx-converter?)", file=path)
+        rec = parse_record_text(cmd, source=str(path))
+        full = _version_in_json(data)
+    else:
+        body, problems = _record_from_source(text)
+        if body is None:
+            raise UserError("no recorded argument list (no 'Command Line used:' comment); "
+                            "pass the converter's generated source or _net.json", file=path)
+        rec = parse_record_text(body, source=str(path))
+        rec.problems[:0] = problems
+        full = _sdk_version_in(text)
+    rec.sdk_version_full = full
+    rec.sdk_version = short_version(full)
+    if not rec.raw_args:
+        raise UserError("the recorded argument list has no key=value entries", file=path)
+    return rec
+
+
+def alias_of(key: str) -> str | None:
+    """The short alias of a canonical name, if it has one."""
+    return CONVERTER_CANONICAL_TO_ALIAS.get(canonical_key(key))

@@ -1,0 +1,147 @@
+"""Run one QAIRT SDK tool the way the SDK needs it, and keep its log.
+
+The SDK's ``envsetup.sh`` must be SOURCED in bash (never sh), with
+``LD_LIBRARY_PATH`` unset. Tools that cross-compile need the target's eSDK
+environment sourced FIRST: sourcing it after ``envsetup.sh`` resets ``PATH``
+and the SDK's tools disappear. Sourcing an eSDK script may change the working
+directory, so the script ``cd``s back to an absolute work folder afterwards and
+every argument is expected to be absolute.
+
+The tool runs in its own process group; a timeout kills the whole group. The
+command and the combined stdout/stderr go to ``<workdir>/<log_name>.log``
+(command first) and the log is kept whatever happens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from qnn_ci.sdk.locate import Sdk
+
+log = logging.getLogger(__name__)
+
+_KILL_GRACE_S = 2.0
+OUTPUT_MARKER = "----- output -----"
+
+
+@dataclass
+class ToolRun:
+    argv: list[str]
+    exit_code: int | None          # None only if the process could not be reaped
+    output: str                    # combined stdout + stderr
+    log_path: Path
+    duration_s: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    def tail(self, n: int = 20) -> list[str]:
+        lines = [line.rstrip() for line in self.output.splitlines()]
+        lines = [line for line in lines if line.strip()]
+        return lines[-n:]
+
+    def describe(self, n: int = 20) -> str:
+        status = (f"timed out after {self.duration_s:.0f} s" if self.timed_out
+                  else f"exit status {self.exit_code}")
+        last = "\n".join(self.tail(n)) or "(no output)"
+        return (f"command: {self.command}\n{status}; log: {self.log_path}\n"
+                f"last lines:\n{last}")
+
+
+def build_script(argv: list[str], *, sdk: Sdk, workdir: Path, need_esdk: bool) -> str:
+    """The bash script that sets up the SDK environment and runs ``argv``."""
+    lines = ["unset LD_LIBRARY_PATH"]
+    if need_esdk:
+        if sdk.esdk_env is None:
+            raise ValueError("need_esdk=True but the Sdk has no esdk_env")
+        lines.append(f"source {shlex.quote(str(sdk.esdk_env))}")
+    lines.append(f"source {shlex.quote(str(sdk.envsetup))}")
+    lines.append(f"cd {shlex.quote(str(workdir))} || exit 97")
+    lines.append(shlex.join(argv))
+    return "\n".join(lines) + "\n"
+
+
+def _tool_environ(sdk: Sdk, environ: Mapping[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ if environ is None else environ)
+    env.pop("LD_LIBRARY_PATH", None)
+    env["QNN_SDK_ROOT"] = str(sdk.root)
+    if sdk.esdk_env is not None:
+        env["ESDK_ENV"] = str(sdk.esdk_env)
+    return env
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=_KILL_GRACE_S)
+            if sig == signal.SIGKILL:
+                return
+        except subprocess.TimeoutExpired:
+            continue
+    # Make sure nothing of the group is left even if the leader already exited.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run_tool(argv: list[str], *, sdk: Sdk, workdir: Path, log_name: str, timeout: float,
+             need_esdk: bool = False, environ: Mapping[str, str] | None = None) -> ToolRun:
+    """Run ``argv`` after sourcing the SDK (and the eSDK first when ``need_esdk``).
+
+    ``workdir`` is made absolute and created; the caller's cwd is not touched.
+    """
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"{log_name}.log"
+    script = build_script(argv, sdk=sdk, workdir=workdir, need_esdk=need_esdk)
+    header = (f"command: {shlex.join(argv)}\n"
+              f"workdir: {workdir}\n"
+              f"shell (bash):\n"
+              + "".join(f"  {line}\n" for line in script.splitlines())
+              + f"{OUTPUT_MARKER}\n")
+    log.info("running %s (log %s)", shlex.join(argv), log_path)
+    start = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as fh:
+        fh.write(header.encode())
+        fh.flush()
+        proc = subprocess.Popen(
+            ["bash", "-c", script], cwd=workdir, env=_tool_environ(sdk, environ),
+            stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            exit_code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            exit_code = proc.poll()
+        duration = time.monotonic() - start
+        if timed_out:
+            fh.write(f"\nqnn-ci: killed after {timeout:g} s timeout\n".encode())
+    text = log_path.read_bytes().decode("utf-8", errors="replace")
+    output = text.split(f"{OUTPUT_MARKER}\n", 1)[1] if OUTPUT_MARKER in text else text
+    run = ToolRun(argv=list(argv), exit_code=exit_code, output=output, log_path=log_path,
+                  duration_s=duration, timed_out=timed_out)
+    log.info("%s: %s in %.1f s", argv[0] if argv else "?",
+             "timed out" if timed_out else f"exit {exit_code}", duration)
+    return run

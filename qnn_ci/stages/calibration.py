@@ -1,0 +1,179 @@
+"""Stage `calibration`: write `<workdir>/<export>/calibration/input_list.txt` and
+one headerless `.raw` per input per sample, in the graph input's exact dtype and
+pinned shape, from real data: an input list, a generator, or another export's
+real outputs."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.cache import file_digest
+from qnn_ci.calibration.input_list import read_input_list, write_input_list
+from qnn_ci.calibration.sources import (
+    Expected,
+    UpstreamRunner,
+    check_sample,
+    generate,
+    load_generator,
+    write_sample,
+)
+from qnn_ci.calibration.validate import validate_input_list
+from qnn_ci.errors import UserError
+from qnn_ci.onnx_io import TensorIO
+from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.spec import ExportSpec
+from qnn_ci.stage import Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GENERATED_SAMPLES = 100
+
+
+def expected_inputs(ctx: StageContext) -> list[Expected]:
+    shapes = ctx.upstream["static_shapes"].data["inputs"]
+    return [Expected(i["name"], i["dtype"], tuple(i["shape"])) for i in shapes]
+
+
+class CalibrationStage(Stage):
+    name = "calibration"
+    needs = ("static_shapes",)
+    peer_needs = ("static_shapes", "calibration")
+
+    def peers(self, export: ExportSpec) -> tuple[str, ...]:
+        return (export.calibration.from_export,) if export.calibration.from_export else ()
+
+    def unavailable(self, export: ExportSpec, env: Any) -> str | None:
+        c = export.calibration
+        if not (c.input_list or c.generator or c.from_export):
+            return ("no calibration source: set calibration.input_list, .generator or .from "
+                    "in the manifest")
+        return None
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        c = ctx.export.calibration
+        fp: dict[str, Any] = {}
+        if c.generator:
+            func = load_generator(c.generator, ctx.export.manifest.parent)
+            code = getattr(func, "__code__", None)
+            if code is not None and Path(code.co_filename).is_file():
+                fp["generator_source"] = file_digest(Path(code.co_filename))
+        if c.input_list:
+            # Content of every raw file named by the list.
+            names = [i.name for i in ctx.export.inputs.values()]
+            fp["raw"] = [{k: file_digest(p) if p.is_file() else str(p) for k, p in s.items()}
+                         for s in read_input_list(c.input_list, names)]
+        return fp
+
+    def run(self, ctx: StageContext) -> StageResult:
+        export, c = ctx.export, ctx.export.calibration
+        expected = expected_inputs(ctx)
+        names = [e.name for e in expected]
+        raw_dir = ctx.workdir / "raw"
+        raw_dir.mkdir()
+        findings: list[Finding] = []
+        if c.input_list:
+            samples = self._from_list(c.input_list, expected, raw_dir, findings)
+            source = f"input list {c.input_list}"
+        elif c.generator:
+            total = (c.samples or DEFAULT_GENERATED_SAMPLES) + c.held_out
+            samples = []
+            for i, s in enumerate(generate(c.generator, export.manifest.parent, total,
+                                           key=f"exports.{export.name}.calibration.generator")):
+                arrays = check_sample(s, expected, where=f"generator {c.generator} sample {i}",
+                                      key=f"exports.{export.name}.calibration.generator")
+                samples.append(write_sample(arrays, expected, raw_dir, i))
+            source = f"generator {c.generator}"
+        else:
+            samples = self._from_peer(ctx, expected, raw_dir)
+            source = f"outputs of export {c.from_export} (onnxruntime)"
+            upstream_cal = ctx.peer_results[str(c.from_export)]["calibration"]
+            n_upstream = int(upstream_cal.data.get("samples", len(samples)))
+        if not samples:
+            raise UserError(f"{source} gave no samples",
+                            key=f"exports.{export.name}.calibration")
+        n_cal = len(samples)
+        if c.samples and len(samples) > c.samples:
+            n_cal = c.samples
+        elif c.generator and len(samples) > c.held_out:
+            n_cal = len(samples) - c.held_out
+        elif c.from_export:
+            n_cal = min(n_upstream, len(samples))
+        cal, held = samples[:n_cal], samples[n_cal:]
+        input_list = ctx.workdir / "input_list.txt"
+        write_input_list(input_list, cal, names)
+        artefacts = {"input_list": str(input_list), "raw_dir": str(raw_dir)}
+        if held:
+            held_list = ctx.workdir / "held_out_list.txt"
+            write_input_list(held_list, held, names)
+            artefacts["held_out_list"] = str(held_list)
+        # The same checks a user gets from `qnn-ci inputs validate`.
+        ios = [TensorIO(e.name, e.dtype, e.shape) for e in expected]
+        report = validate_input_list(input_list, ios, {e.name: e.shape for e in expected})
+        for f in report.findings:
+            # Signs of synthetic data are warnings here: a constant mask can be real.
+            sev = Severity.WARNING if f.check in ("inputs.all_zero", "inputs.identical") \
+                else Severity.ERROR
+            findings.append(Finding(f.check, f.message, sev, f.subject))
+        status = Status.FAILED if any(f.severity == Severity.ERROR for f in findings) \
+            else Status.PASSED
+        summary = f"{len(cal)} calibration samples" + (f" + {len(held)} held out" if held
+                                                       else "") + f" from {source}"
+        warn = sum(f.severity == Severity.WARNING for f in findings)
+        if warn:
+            summary += f"; {warn} warning(s)"
+        return StageResult(
+            self.name, status, summary, findings=findings,
+            properties={"samples": len(cal), "held_out": len(held), "source": source},
+            artefacts=artefacts,
+            data={"samples": len(cal), "held_out": len(held),
+                  "inputs": {e.name: {"dtype": e.dtype, "shape": list(e.shape)}
+                             for e in expected}})
+
+    def _from_list(self, path: Path, expected: list[Expected], raw_dir: Path,
+                   findings: list[Finding]) -> list[dict[str, Path]]:
+        names = [e.name for e in expected]
+        ios = [TensorIO(e.name, e.dtype, e.shape) for e in expected]
+        report = validate_input_list(path, ios, {e.name: e.shape for e in expected})
+        errors = [f for f in report.findings if f.check not in ("inputs.all_zero",
+                                                                  "inputs.identical")]
+        if errors:
+            raise UserError(f"input list does not fit the model: {errors[0].message}"
+                            + (f" (+{len(errors) - 1} more; run `qnn-ci inputs validate`)"
+                               if len(errors) > 1 else ""), file=path)
+        samples = []
+        for i, sample in enumerate(read_input_list(path, names)):
+            copied = {}
+            for e in expected:
+                dst = raw_dir / f"{e.name}_{i}.raw".replace("/", "_")
+                shutil.copyfile(sample[e.name], dst)
+                copied[e.name] = dst.resolve()
+            samples.append(copied)
+        return samples
+
+    def _from_peer(self, ctx: StageContext, expected: list[Expected],
+                   raw_dir: Path) -> list[dict[str, Path]]:
+        c = ctx.export.calibration
+        assert c.from_export
+        peer = ctx.peer_results[c.from_export]
+        up_shapes = peer["static_shapes"]
+        up_cal = peer["calibration"]
+        up_inputs = [Expected(i["name"], i["dtype"], tuple(i["shape"]))
+                     for i in up_shapes.data["inputs"]]
+        up_names = [e.name for e in up_inputs]
+        runner = UpstreamRunner(Path(up_shapes.artefacts["model"]), up_inputs, c.name_map)
+        lists = [Path(up_cal.artefacts["input_list"])]
+        if "held_out_list" in up_cal.artefacts:
+            lists.append(Path(up_cal.artefacts["held_out_list"]))
+        samples = []
+        for lst in lists:
+            for paths in read_input_list(lst, up_names):
+                outputs = runner.run(paths)
+                arrays = check_sample(
+                    outputs, expected,
+                    where=f"outputs of export {c.from_export} sample {len(samples)}",
+                    key=f"exports.{ctx.export.name}.calibration.from")
+                samples.append(write_sample(arrays, expected, raw_dir, len(samples)))
+        return samples
