@@ -127,8 +127,16 @@ def _merge(base: Any, over: Any) -> Any:
 
 
 def _resolve(base: Path, value: str | None) -> Path | None:
+    """Absolute path: relative to the manifest's folder; ``pkg:PACKAGE/path`` names a
+    file inside an installed Python package (models shipped in wheels)."""
     if value is None:
         return None
+    if value.startswith("pkg:"):
+        package, _, rest = value[4:].partition("/")
+        try:
+            return Path(str(resources.files(package).joinpath(rest))).resolve()
+        except ModuleNotFoundError:
+            return Path(f"<package {package} is not installed>") / rest
     p = Path(value).expanduser()
     return (p if p.is_absolute() else base / p).resolve()
 

@@ -1,3 +1,239 @@
-"""The pytest plugin: collects qnn-ci manifests into test items (see README)."""
+"""The pytest plugin: each export in a `qnn-ci.yaml` is a collector, each of its
+stages an item (`models/qnn-ci.yaml::text_encoder::fp16_gate`).
+
+A thin shell over ``qnn_ci.pipeline``: an item asks the engine for its stage's
+result; the engine runs what that needs once (file locks and the cache make
+that true across pytest-xdist workers) and the item passes, fails, or skips
+with the engine's reason.
+"""
 
 from __future__ import annotations
+
+import fnmatch
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qnn_ci.errors import UserError
+from qnn_ci.manifest import MANIFEST_NAMES, Manifest
+from qnn_ci.pipeline import Pipeline
+from qnn_ci.report.summary import Row, annotations, markdown_summary, terminal_table
+from qnn_ci.results import Finding, StageResult, Status
+from qnn_ci.session import DEFAULT_WORKDIR, Options, open_pipeline
+from qnn_ci.spec import ExportSpec
+
+MARKERS = {
+    "qnn": "a qnn-ci stage of a model export",
+    "qnn_sdk": "a qnn-ci stage that needs the QAIRT SDK (QNN_SDK_ROOT)",
+    "qnn_board": "a qnn-ci stage that needs a board",
+    "qnn_sim": "a qnn-ci stage that needs onnxruntime-qnn's HTP simulator",
+}
+_PIPELINES = pytest.StashKey[dict[Path, tuple[Manifest, Pipeline]]]()
+_TOKEN = pytest.StashKey[str]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("qnn-ci", "ONNX -> QNN export checks")
+    group.addoption("--qnn-workdir", help=f"work folder (default {DEFAULT_WORKDIR})")
+    group.addoption("--qnn-board", help="run board stages on this board")
+    group.addoption("--qnn-sdk-root", help="QAIRT SDK root (default $QNN_SDK_ROOT)")
+    group.addoption("--qnn-no-cache", action="store_true", default=None,
+                    help="re-run every stage instead of reusing cached results")
+    group.addoption("--qnn-export", action="append", default=None,
+                    help="only this export (repeatable)")
+    parser.addini("qnn_manifests", "manifest file names or globs to collect",
+                  type="linelist", default=list(MANIFEST_NAMES))
+    parser.addini("qnn_workdir", "work folder", default=DEFAULT_WORKDIR)
+    parser.addini("qnn_board", "board for board stages", default="")
+    parser.addini("qnn_sdk_root", "QAIRT SDK root", default="")
+    parser.addini("qnn_no_cache", "re-run every stage", type="bool", default=False)
+    parser.addini("qnn_export", "only these exports", type="linelist", default=[])
+
+
+def _option(config: pytest.Config, name: str) -> Any:
+    value = config.getoption(f"--qnn-{name.replace('_', '-')}")
+    return value if value is not None else config.getini(f"qnn_{name}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    config.stash[_PIPELINES] = {}
+    config.pluginmanager.register(_Reporter(config), "qnn_ci_reporter")
+    workerinput = getattr(config, "workerinput", None)
+    config.stash[_TOKEN] = (workerinput or {}).get("qnn_run_token") or uuid.uuid4().hex
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(config.stash[_TOKEN]), "qnn_ci_xdist")
+
+
+class _XdistHooks:
+    """Hands the run token to every worker, so --qnn-no-cache still runs each
+    stage once per pytest run rather than once per worker."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["qnn_run_token"] = self.token
+
+
+def _options(config: pytest.Config) -> Options:
+    sdk = _option(config, "sdk_root")
+    workdir = Path(_option(config, "workdir") or DEFAULT_WORKDIR)
+    if not workdir.is_absolute():
+        workdir = Path(config.rootpath) / workdir
+    return Options(workdir=workdir, sdk_root=Path(sdk) if sdk else None,
+                   board=_option(config, "board") or None,
+                   use_cache=not _option(config, "no_cache"),
+                   run_token=config.stash[_TOKEN], exports=list(_option(config, "export") or []))
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    patterns = parent.config.getini("qnn_manifests")
+    if any(fnmatch.fnmatch(file_path.name, p) or fnmatch.fnmatch(str(file_path), p)
+           for p in patterns):
+        return ManifestFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ManifestFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        cache = self.config.stash[_PIPELINES]
+        try:
+            if self.path not in cache:
+                cache[self.path] = open_pipeline(self.path, _options(self.config))
+        except UserError as exc:
+            yield ManifestError.from_parent(self, name="manifest", error=exc)
+            return
+        _manifest, pipeline = cache[self.path]
+        for export in pipeline.exports.values():
+            yield ExportCollector.from_parent(self, name=export.name, export=export,
+                                              pipeline=pipeline)
+
+
+class ManifestError(pytest.Item):
+    """A manifest that does not load is one failing item with the one-line reason."""
+
+    def __init__(self, *, error: UserError, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.error = error
+        self.add_marker("qnn")
+
+    def runtest(self) -> None:
+        raise QnnFailure(self.error.oneline())
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, QnnFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, (self.error.line or 1) - 1, "manifest"
+
+
+class ExportCollector(pytest.Collector):
+    def __init__(self, *, export: ExportSpec, pipeline: Pipeline, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.export = export
+        self.pipeline = pipeline
+
+    def collect(self) -> Iterator[pytest.Item]:
+        for stage in self.pipeline.plan(self.export):
+            item = StageItem.from_parent(self, name=stage.name, export=self.export,
+                                         pipeline=self.pipeline)
+            item.add_marker("qnn")
+            if stage.marker:
+                item.add_marker(stage.marker)
+            yield item
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, self.export.line - 1, self.export.name
+
+
+class QnnFailure(Exception):
+    """A stage failed: the message is the whole report."""
+
+
+class StageItem(pytest.Item):
+    def __init__(self, *, export: ExportSpec, pipeline: Pipeline, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.export = export
+        self.pipeline = pipeline
+
+    def runtest(self) -> None:
+        result = self.pipeline.result(self.export.name, self.name)
+        self._record(result)
+        if result.status == Status.SKIPPED:
+            pytest.skip(result.summary)
+        if result.status in (Status.FAILED, Status.ERROR):
+            raise QnnFailure(result.failure_text() or result.summary)
+
+    def _record(self, r: StageResult) -> None:
+        props: list[tuple[str, Any]] = [
+            ("qnn.export", self.export.name), ("qnn.stage", self.name),
+            ("qnn.status", r.status.value), ("qnn.summary", r.summary),
+            ("qnn.manifest", str(self.export.manifest)), ("qnn.line", self.export.line),
+            ("qnn.cached", r.cached),
+        ]
+        props += [(f"qnn.{k}", v) for k, v in r.properties.items()]
+        props += [(f"qnn.artefact.{k}", v) for k, v in r.artefacts.items()]
+        props += [("qnn.finding", f"[{f.check}] {f.message}") for f in r.findings
+                  if f.severity != "info"]
+        self.user_properties.extend(props)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, QnnFailure):
+            return f"{self.export.name}::{self.name} failed\n{excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, self.export.line - 1, f"{self.export.name}::{self.name}"
+
+
+# -- reports ---------------------------------------------------------------------
+
+class _Reporter:
+    """Collects every stage item's report (on the xdist controller too, where the
+    items do not run) for the summary table, job summary and annotations."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.rows: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        if "qnn.stage" not in props or report.when != "call":
+            return
+        self.rows.append(props | {"longrepr": report.longreprtext})
+
+    def _rows(self) -> list[Row]:
+        rows = []
+        for p in self.rows:
+            status = Status(p["qnn.status"])
+            findings = [Finding("stage", line) for line in
+                        str(p.get("longrepr", "")).splitlines()[1:6]] \
+                if status in (Status.FAILED, Status.ERROR) else []
+            res = StageResult(p["qnn.stage"], status, p.get("qnn.summary", ""),
+                              findings=findings, cached=bool(p.get("qnn.cached")))
+            rows.append(Row(Path(p["qnn.manifest"]), p["qnn.export"], int(p["qnn.line"]), res))
+        return rows
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workerinput") or not self.rows:
+            return
+        rows = self._rows()
+        terminalreporter.write_sep("=", "qnn-ci summary")
+        terminalreporter.write_line(terminal_table(rows))
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            for line in annotations(rows, root=Path(self.config.rootpath)):
+                terminalreporter.write_line(line)
+            path = os.environ.get("GITHUB_STEP_SUMMARY")
+            if path:
+                with open(path, "a", encoding="utf-8") as fh:
+                    fh.write(markdown_summary(rows))

@@ -20,11 +20,11 @@ from qnn_ci.errors import UserError
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("qnn_ci.cli.run_cmd", "run the pipeline for every export in one or more manifests"),
-    "shapes": ("qnn_ci.cli.shapes_cmd", "report and pin dynamic shapes; list interior tensors left dynamic"),
-    "inputs": ("qnn_ci.cli.inputs_cmd", "validate a calibration / qnn-net-run input list against a model"),
+    "shapes": ("qnn_ci.cli.shapes_cmd", "report and pin dynamic shapes; list tensors left dynamic"),
+    "inputs": ("qnn_ci.cli.inputs_cmd", "validate an input list (calibration / qnn-net-run)"),
     "namespace": ("qnn_ci.cli.namespace_cmd", "read the converter's recorded argument list back"),
     "fp16": ("qnn_ci.cli.fp16_cmd", "count FP16 tensors in converter output; gate on the SoC"),
-    "encodings": ("qnn_ci.cli.encodings_cmd", "read an AIMET .encodings file and check its coverage"),
+    "encodings": ("qnn_ci.cli.encodings_cmd", "read AIMET .encodings and check coverage"),
     "sim": ("qnn_ci.cli.sim_cmd", "prepare (and run) a model on onnxruntime-qnn's HTP simulator"),
     "compare": ("qnn_ci.cli.compare_cmd", "compare two sets of outputs with per-output thresholds"),
     "schema": ("qnn_ci.cli.schema_cmd", "print the manifest's JSON Schema"),

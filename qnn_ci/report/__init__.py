@@ -1,0 +1,1 @@
+"""Reports: JUnit XML, the terminal table, GitHub job summary and annotations."""

@@ -1,0 +1,114 @@
+"""Human reports: the terminal table, the GitHub Actions job summary (Markdown,
+kept under the 1 MiB step-summary limit) and `::error` annotations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from qnn_ci.results import StageResult, Status
+
+STEP_SUMMARY_LIMIT = 1024 * 1024
+_BUDGET = STEP_SUMMARY_LIMIT - 16 * 1024   # headroom for anything else the job writes
+
+_MARK = {Status.PASSED: "PASS", Status.FAILED: "FAIL", Status.SKIPPED: "skip",
+         Status.ERROR: "ERROR"}
+_ICON = {Status.PASSED: "✅", Status.FAILED: "❌", Status.SKIPPED: "⏭️", Status.ERROR: "⛔"}
+
+
+@dataclass
+class Row:
+    manifest: Path
+    export: str
+    line: int
+    result: StageResult
+
+
+def terminal_table(rows: list[Row], *, width: int = 100) -> str:
+    out: list[str] = []
+    current: tuple[Path, str] | None = None
+    for row in rows:
+        if (row.manifest, row.export) != current:
+            current = (row.manifest, row.export)
+            out.append(f"{row.export}  ({row.manifest.name}:{row.line})")
+        r = row.result
+        note = r.summary.replace("\n", " ")
+        if r.cached:
+            note += " [cached]"
+        text = f"  {_MARK[r.status]:<5} {r.stage:<14} {note}"
+        out.append(text if len(text) <= width else text[: width - 1] + "…")
+    counts = {s: sum(r.result.status == s for r in rows) for s in Status}
+    out.append(", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "nothing ran")
+    return "\n".join(out)
+
+
+def _cell(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def markdown_summary(rows: list[Row], *, title: str = "qnn-ci") -> str:
+    """One table per export, exports with failures first; truncated to fit."""
+    by_export: dict[tuple[Path, str], list[Row]] = {}
+    for row in rows:
+        by_export.setdefault((row.manifest, row.export), []).append(row)
+
+    def badness(item: tuple[tuple[Path, str], list[Row]]) -> tuple[int, str]:
+        statuses = {r.result.status for r in item[1]}
+        rank = 0 if Status.ERROR in statuses else 1 if Status.FAILED in statuses else 2
+        return rank, item[0][1]
+
+    counts = {s: sum(r.result.status == s for r in rows) for s in Status}
+    head = [f"## {title}", "",
+            " · ".join(f"{_ICON[s]} {counts[s]} {s.value}" for s in Status if counts[s]), ""]
+    parts: list[str] = []
+    size = sum(len(h) + 1 for h in head)
+    omitted = 0
+    for (manifest, export), erows in sorted(by_export.items(), key=badness):
+        block = [f"### {export} <sub>{manifest.name}:{erows[0].line}</sub>", "",
+                 "| stage | result | details |", "|---|---|---|"]
+        failed_first = sorted(erows, key=lambda r: r.result.status not in
+                              (Status.FAILED, Status.ERROR))
+        for r in failed_first:
+            block.append(f"| `{r.result.stage}` | {_ICON[r.result.status]} "
+                         f"{r.result.status.value} | {_cell(r.result.summary)} |")
+            for f in r.result.errors()[:5]:
+                block.append(f"| | | ↳ {_cell(f.message, 200)} |")
+        block.append("")
+        text = "\n".join(block) + "\n"
+        if size + len(text.encode()) > _BUDGET:
+            omitted += 1
+            continue
+        parts.append(text)
+        size += len(text.encode())
+    if omitted:
+        parts.append(f"_{omitted} export(s) omitted to stay under the 1 MiB job-summary "
+                     "limit; see the JUnit report._\n")
+    return "\n".join(head) + "\n" + "".join(parts)
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_prop(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotations(rows: list[Row], *, root: Path | None = None) -> list[str]:
+    """`::error file=...,line=...::` workflow commands for failed stages."""
+    out = []
+    for row in rows:
+        r = row.result
+        if r.status not in (Status.FAILED, Status.ERROR):
+            continue
+        file = row.manifest
+        if root is not None:
+            try:
+                file = row.manifest.relative_to(root)
+            except ValueError:
+                pass
+        title = f"{row.export}::{r.stage}"
+        out.append(f"::error file={_escape_prop(str(file))},line={row.line},"
+                   f"title={_escape_prop(title)}::{_escape_data(r.failure_text() or r.summary)}")
+    return out
