@@ -1,0 +1,88 @@
+"""Stage `convert`: ``qnn-onnx-converter`` on the pinned model with the
+calibration list and the manifest's quantization (W8A16, 32-bit bias by
+default), every flag spelled the way this SDK lists it.
+
+Artefacts: ``cpp``, ``bin`` (absent when the graph has no static tensors),
+``net_json``, ``log``. Data: ``sdk_version``, ``argv``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.errors import UserError
+from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.sdk.convert import convert
+from qnn_ci.sdk.converter_cmd import build_convert_argv
+from qnn_ci.sdk.locate import find_sdk, sdk_problem
+from qnn_ci.sdk.model_lib import library_name
+from qnn_ci.sdk.record import read_record
+from qnn_ci.spec import ExportSpec
+from qnn_ci.stage import Environment, Stage, StageContext
+from qnn_ci.stages.sdk_common import converter_help, sdk_fingerprint
+
+log = logging.getLogger(__name__)
+
+
+class ConvertStage(Stage):
+    name = "convert"
+    needs = ("static_shapes", "calibration", "dry_run")
+    marker = "qnn_sdk"
+
+    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
+        return sdk_problem(export, env)
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        return sdk_fingerprint(ctx)
+
+    def run(self, ctx: StageContext) -> StageResult:
+        export = ctx.export
+        sdk = find_sdk(export, ctx.env)
+        help_ = converter_help(ctx, sdk)
+        shapes = ctx.upstream["static_shapes"]
+        model = Path(shapes.artefacts["model"])
+        calibration = ctx.upstream.get("calibration")
+        input_list = Path(calibration.artefacts["input_list"]) \
+            if calibration is not None and "input_list" in calibration.artefacts else None
+        out_cpp = ctx.workdir / f"{library_name(export.name)}.cpp"
+        argv = build_convert_argv(export, model, input_list, out_cpp, help_.flags,
+                                  graph_inputs=shapes.data.get("inputs"))
+        outcome = convert(argv, sdk=sdk, workdir=ctx.workdir, output_path=out_cpp, model=model,
+                          timeout=export.sdk.timeout_s)
+        findings = [Finding("convert.note", note, Severity.INFO) for note in outcome.notes]
+        sdk_version = sdk.version
+        if outcome.cpp is not None:
+            try:
+                record = read_record(outcome.cpp)
+                sdk_version = record.sdk_version or sdk_version
+            except UserError as exc:
+                findings.append(Finding("convert.record", f"could not read the converter's "
+                                        f"recorded arguments: {exc.oneline()}", Severity.WARNING))
+        if sdk_version and sdk.version is None:
+            sdk.version = sdk_version
+        joined = shlex.join(argv)
+        artefacts = {"log": str(outcome.run.log_path)}
+        for key, path in (("cpp", outcome.cpp), ("bin", outcome.bin),
+                          ("net_json", outcome.net_json)):
+            if path is not None:
+                artefacts[key] = str(path)
+        if outcome.ok:
+            status = Status.PASSED
+            summary = (f"converted with {sdk.describe()} in {outcome.run.duration_s:.1f} s"
+                       + ("" if outcome.bin else " (no static tensors: no .bin)"))
+        else:
+            status = Status.FAILED
+            check = "convert.unsupported_op" if outcome.failed_op else "convert.failed"
+            findings += [Finding(check, msg, Severity.ERROR, outcome.failed_node)
+                         for msg in outcome.failures]
+            summary = outcome.failures[0].splitlines()[0]
+        return StageResult(
+            self.name, status, summary, findings,
+            properties={"sdk_version": sdk_version or "", "converter_argv": joined,
+                        "duration_s": round(outcome.run.duration_s, 3)},
+            artefacts=artefacts,
+            data={"sdk_version": sdk_version, "argv": argv},
+        )

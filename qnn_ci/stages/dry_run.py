@@ -1,0 +1,77 @@
+"""Stage `dry_run`: ``qnn-onnx-converter --dry_run`` on the pinned model.
+
+Seconds instead of a full quantization pass, and it names unsupported ops,
+attributes, inputs and outputs first. Passes only when the tool exits 0 AND
+lists no problem rows (a dry run exits 0 even when it lists some).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.sdk.convert import explain_failure
+from qnn_ci.sdk.converter_cmd import build_convert_argv
+from qnn_ci.sdk.dry_run import parse_dry_run
+from qnn_ci.sdk.locate import find_sdk, sdk_problem
+from qnn_ci.sdk.toolrun import run_tool
+from qnn_ci.spec import ExportSpec
+from qnn_ci.stage import Environment, Stage, StageContext
+from qnn_ci.stages.sdk_common import converter_help, sdk_fingerprint
+
+log = logging.getLogger(__name__)
+
+
+class DryRunStage(Stage):
+    name = "dry_run"
+    needs = ("static_shapes",)
+    marker = "qnn_sdk"
+
+    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
+        return sdk_problem(export, env)
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        return sdk_fingerprint(ctx)
+
+    def run(self, ctx: StageContext) -> StageResult:
+        export = ctx.export
+        sdk = find_sdk(export, ctx.env)
+        help_ = converter_help(ctx, sdk)
+        shapes = ctx.upstream["static_shapes"]
+        model = Path(shapes.artefacts["model"])
+        argv = build_convert_argv(export, model, None, ctx.workdir / "dry_run.cpp", help_.flags,
+                                  dry_run=True, graph_inputs=shapes.data.get("inputs"))
+        run = run_tool(argv, sdk=sdk, workdir=ctx.workdir, log_name="dry_run",
+                       timeout=export.sdk.timeout_s)
+        report = parse_dry_run(run.output)
+        findings = [Finding("dry_run.unsupported", p.message(), Severity.ERROR, p.layer or None)
+                    for p in report.problems]
+        if not run.ok:
+            message, node, _op = explain_failure(run, model)
+            findings.append(Finding("dry_run.exit", message, Severity.ERROR, node))
+        findings += [Finding("dry_run.row", f"dry-run table row not understood: {row}",
+                             Severity.WARNING) for row in report.unrecognised_rows]
+        if run.ok and not report.clean and not report.table:
+            findings.append(Finding(
+                "dry_run.format", "neither the problem table nor the 'have been evaluated' "
+                f"line was found in the dry-run log ({run.log_path}); nothing was reported "
+                "as unsupported", Severity.WARNING))
+        passed = report.passed(run.exit_code) and run.ok
+        if passed:
+            summary = f"dry run clean ({sdk.describe()})"
+        elif report.problems:
+            first = report.problems[0]
+            summary = (f"dry run lists {len(report.problems)} problem(s), first: "
+                       f"{first.message()}")
+        else:
+            summary = findings[0].message.splitlines()[0] if findings else "dry run failed"
+        return StageResult(
+            self.name, Status.PASSED if passed else Status.FAILED, summary, findings,
+            properties={"sdk_version": sdk.version or "", "problems": len(report.problems),
+                        "exit_code": run.exit_code, "log": str(run.log_path)},
+            artefacts={"log": str(run.log_path)},
+            data={"sdk_version": sdk.version, "argv": argv, "exit_code": run.exit_code,
+                  "problems": [p.__dict__ for p in report.problems]},
+        )

@@ -1,0 +1,58 @@
+"""What the QAIRT SDK stages (dry_run, convert, model_lib) share: finding the
+SDK, the converter's flag set (probed once per SDK), and the cache fingerprint
+that changes when the SDK does."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.errors import ToolError
+from qnn_ci.sdk.converter_cmd import ConverterHelp, probe_converter
+from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk
+from qnn_ci.stage import Environment, StageContext
+
+log = logging.getLogger(__name__)
+
+CACHE_SUBDIR = Path(".cache") / "sdk"
+
+
+def cache_dir(env: Environment) -> Path:
+    """Shared per-run cache folder for SDK probes (``<workdir>/.cache/sdk``)."""
+    path = Path(env.workdir).resolve() / CACHE_SUBDIR
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def converter_help(ctx: StageContext, sdk: Sdk) -> ConverterHelp:
+    help_ = probe_converter(sdk, cache_dir(ctx.env), timeout=min(ctx.export.sdk.timeout_s, 600))
+    if sdk.version is None and help_.version:
+        sdk.version = help_.version
+    return help_
+
+
+def _stamp(path: Path) -> str:
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def sdk_fingerprint(ctx: StageContext, *, tools: tuple[str, ...] = (CONVERTER,),
+                    need_esdk: bool = False) -> dict[str, Any]:
+    """SDK root + version + the converter's flag set and help hash (+ tool stamps)."""
+    sdk = find_sdk(ctx.export, ctx.env, tools=tools, need_esdk=need_esdk)
+    fp: dict[str, Any] = {"sdk_root": str(sdk.root),
+                          "tools": {t: _stamp(sdk.tool(t)) for t in tools}}
+    try:
+        help_ = converter_help(ctx, sdk)
+        fp["converter_help"] = help_.help_hash
+        fp["converter_flags"] = sorted(help_.flags)
+    except ToolError as exc:
+        fp["converter_probe_error"] = str(exc)
+    fp["sdk_version"] = sdk.version
+    if need_esdk and sdk.esdk_env is not None:
+        fp["esdk_env"] = {"path": str(sdk.esdk_env), "stamp": _stamp(sdk.esdk_env)}
+    return fp

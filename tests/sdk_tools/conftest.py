@@ -1,0 +1,104 @@
+"""Fixtures for the SDK-driver tests: exports, tiny ONNX graphs, the stand-in SDK."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qnn_ci.spec import (
+    ExportSpec,
+    InputSpec,
+    QuantizationSpec,
+    SdkSpec,
+    TargetSpec,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PPOCR_CLS = (REPO / ".venv/lib/python3.11/site-packages/rapidocr_onnxruntime/models/"
+             "ch_ppocr_mobile_v2.0_cls_infer.onnx")
+
+
+def make_export(tmp_path: Path, *, inputs: dict[str, InputSpec] | None = None,
+                quantization: QuantizationSpec | None = None,
+                target: TargetSpec | None = None, sdk: SdkSpec | None = None,
+                model: Path | None = None, name: str = "m") -> ExportSpec:
+    manifest = tmp_path / "qnn-ci.yaml"
+    return ExportSpec(
+        name=name, model=model or tmp_path / "model.onnx", manifest=manifest, line=3,
+        inputs=inputs or {}, quantization=quantization or QuantizationSpec(),
+        target=target or TargetSpec(), sdk=sdk or SdkSpec())
+
+
+@pytest.fixture
+def export_factory(tmp_path: Path) -> Callable[..., ExportSpec]:
+    def make(**kw: Any) -> ExportSpec:
+        return make_export(tmp_path, **kw)
+    return make
+
+
+# -- converter --help texts made by argparse itself (the real tool is argparse) --
+
+_COMMON = [
+    (("--input_network", "-i"), {"required": True}),
+    (("--input_dim", "-d"), {"nargs": 2, "action": "append"}),
+    (("--out_node", "--out_name"), {"action": "append"}),
+    (("--output_path", "-o"), {}),
+    (("--input_list",), {}),
+    (("--quantization_overrides",), {}),
+    (("--float_fallback",), {"action": "store_true"}),
+    (("--act_quantizer",), {}),
+    (("--param_quantizer",), {}),
+    (("--act_quantizer_calibration",), {}),
+    (("--param_quantizer_calibration",), {}),
+    (("--percentile_calibration_value",), {}),
+    (("--use_per_channel_quantization",), {"action": "store_true"}),
+    (("--input_encoding", "-e"), {"nargs": "+", "action": "append"}),
+    (("--dry_run",), {"nargs": "?", "const": "info"}),
+    (("--keep_int64_inputs",), {"action": "store_true"}),
+    (("--debug",), {"nargs": "?", "const": 0}),
+]
+_SHORT = ["act_bw", "weight_bw", "bias_bw", "float_bw", "float_bias_bw"]
+_LONG = ["act_bitwidth", "weights_bitwidth", "bias_bitwidth", "float_bitwidth",
+         "float_bias_bitwidth"]
+
+
+def converter_help_text(era: str) -> str:
+    """An argparse --help like the converter's: 'old' has only the short bitwidth
+    flags, 'new' the long ones plus the short ones as deprecated aliases."""
+    parser = argparse.ArgumentParser(
+        prog="qnn-onnx-converter", description="Script to convert ONNX model into QNN",
+        formatter_class=lambda prog: argparse.HelpFormatter(prog, width=100))
+    for names, kw in _COMMON:
+        parser.add_argument(*names, help="Mentions --not_a_flag and -x in prose; see "
+                            "--input_list for details.", **kw)
+    if era == "new":
+        for long, short in zip(_LONG, _SHORT, strict=True):
+            parser.add_argument(f"--{long}", type=int, help="bitwidth")
+            parser.add_argument(f"--{short}", dest=long, type=int,
+                                help=f"[DEPRECATED] use --{long} instead")
+    else:
+        for short in _SHORT:
+            parser.add_argument(f"--{short}", type=int,
+                                help="bitwidth (newer SDKs call it --act_bitwidth)")
+    return parser.format_help()
+
+
+def tiny_conv_model(path: Path, *, dynamic_batch: bool = True) -> Path:
+    """x[N,3,8,8] -> Conv(weights initializer) -> Relu -> y."""
+    w = numpy_helper.from_array(np.full((4, 3, 3, 3), 0.1, np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(4, np.float32), "b")
+    batch: Any = "N" if dynamic_batch else 1
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"], name="relu1")],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, 8, 8])], [w, b])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
