@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import importlib.util
 import json
 import logging
 from dataclasses import dataclass, field
@@ -71,7 +72,16 @@ class _Ctx:
         self.path = path
         self.lines = lines
 
+    def locate(self, key_path: KeyPath) -> KeyPath:
+        """Where a merged value was written: the export, else `defaults`."""
+        if key_path not in self.lines and len(key_path) > 2 and key_path[0] == "exports":
+            in_defaults = ("defaults", *key_path[2:])
+            if in_defaults in self.lines:
+                return in_defaults
+        return key_path
+
     def error(self, key_path: KeyPath, message: str) -> UserError:
+        key_path = self.locate(key_path)
         return UserError(message, file=self.path, line=line_of(self.lines, key_path),
                          key=dotted(key_path) or None)
 
@@ -133,10 +143,11 @@ def _resolve(base: Path, value: str | None) -> Path | None:
         return None
     if value.startswith("pkg:"):
         package, _, rest = value[4:].partition("/")
-        try:
-            return Path(str(resources.files(package).joinpath(rest))).resolve()
-        except ModuleNotFoundError:
+        # find_spec locates the package without running its __init__.
+        spec = importlib.util.find_spec(package) if package.isidentifier() else None
+        if spec is None or not spec.submodule_search_locations:
             return Path(f"<package {package} is not installed>") / rest
+        return (Path(next(iter(spec.submodule_search_locations))) / rest).resolve()
     p = Path(value).expanduser()
     return (p if p.is_absolute() else base / p).resolve()
 
@@ -165,6 +176,10 @@ def model_inputs(path: Path) -> dict[str, tuple[int, str]]:
 
 
 def _check_file(ctx: _Ctx, key_path: KeyPath, path: Path | None, what: str) -> None:
+    if path is not None and str(path).startswith("<package "):
+        package = str(path).split()[1]
+        raise ctx.error(key_path, f"{what}: Python package {package!r} is not installed "
+                                  f"(pip install it, or give a file path)")
     if path is not None and not path.is_file():
         raise ctx.error(key_path, f"{what} not found: {path} (paths resolve against "
                                   f"the manifest's folder {ctx.path.parent})")
@@ -247,8 +262,8 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
 
     t = raw.get("target") or {}
     if t.get("soc") is not None:
-        get_soc(t["soc"], file=str(ctx.path), line=line_of(ctx.lines, (*kp, "target", "soc")),
-                key=dotted((*kp, "target", "soc")))
+        where = ctx.locate((*kp, "target", "soc"))
+        get_soc(t["soc"], file=str(ctx.path), line=line_of(ctx.lines, where), key=dotted(where))
     target = TargetSpec(soc=t.get("soc"), lib_target=t.get("lib_target"))
 
     th = raw.get("thresholds") or {}

@@ -1,0 +1,43 @@
+"""Small ONNX graphs built with onnx.helper for engine tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def scale_model(path: Path, *, in_name: str = "x", out_name: str = "y",
+                dims: list[int | str] | None = None, scale: float = 2.0,
+                dtype: int = TensorProto.FLOAT) -> Path:
+    """y = x * scale (+ Relu): one float input of `dims` (may be symbolic)."""
+    dims = dims or ["N", 4]
+    s = numpy_helper.from_array(np.array(scale, dtype=np.float32), "s")
+    nodes = [helper.make_node("Mul", [in_name, "s"], ["m"], name="mul"),
+             helper.make_node("Relu", ["m"], [out_name], name="relu")]
+    graph = helper.make_graph(
+        nodes, "scale",
+        [helper.make_tensor_value_info(in_name, dtype, dims)],
+        [helper.make_tensor_value_info(out_name, dtype, dims)],
+        initializer=[s])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def two_input_model(path: Path) -> Path:
+    """z = x[float32 1x4] + Cast(ids[int64 1x4]) — one float, one integer input."""
+    nodes = [helper.make_node("Cast", ["ids"], ["idsf"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Add", ["x", "idsf"], ["z"], name="add")]
+    graph = helper.make_graph(
+        nodes, "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
