@@ -42,6 +42,14 @@ _SDK_VERSION = re.compile(r"QNN_SDK_VERSION\s*=\s*\"([^\"]*)\"")
 _VERSION_NUMBER = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 _OPEN = {"[": "]", "(": ")", "{": "}"}
 
+# The recorded arguments that decide what a quantized export is.
+ARGS_OF_INTEREST: tuple[str, ...] = (
+    "act_bitwidth", "weights_bitwidth", "bias_bitwidth", "float_bitwidth",
+    "float_bias_bitwidth", "float_fallback", "input_list", "quantization_overrides",
+    "input_encoding", "use_per_channel_quantization", "act_quantizer_calibration",
+    "param_quantizer_calibration", "percentile_calibration_value",
+)
+
 
 def canonical_key(key: str) -> str:
     """The canonical argparse destination for a spelling (``act_bw`` -> ``act_bitwidth``)."""

@@ -1,0 +1,466 @@
+"""AIMET ``.encodings`` files (the input to ``--quantization_overrides``).
+
+Three layouts are read:
+
+- 0.6.1: ``activation_encodings`` / ``param_encodings`` are objects keyed by
+  tensor name, each a list of encodings (one per channel for per-channel
+  params) with ``bitwidth``, ``dtype`` (``int``/``float``), ``is_symmetric``
+  (the STRING ``"True"``/``"False"``), ``min``, ``max``, ``scale``, ``offset``.
+- 1.0.0: the same two sections as lists of objects with ``name``,
+  ``enc_type`` (PER_TENSOR, PER_CHANNEL, PER_BLOCK, LPBQ), ``dtype``
+  (INT/FLOAT), ``bw``, ``is_sym`` and ``scale``/``offset`` arrays. No min/max.
+- 2.0.0 (and the 2.1.0 superset): one ``encodings`` list of objects with
+  ``name``, ``output_dtype`` (``int8``, ``uint16``, ``float8e4m3fn``, ...),
+  ``y_scale``, optional ``y_zero_point``, ``axis``, ``block_size``. This layout
+  does not say which tensors are activations and which are parameters: its
+  entries land in ``Encodings.unclassified`` and ``coverage`` sorts them
+  against the model.
+
+Offsets follow QNN's convention, ``real = (q + offset) * scale``; a 2.0.0
+``y_zero_point`` z is stored as ``offset = -z``.
+
+Encodings name ONNX tensors. A name the model does not have is silently
+ignored by the converter, so ``coverage`` compares the file with the graph.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from qnn_ci.errors import UserError
+from qnn_ci.sdk.record import load_json
+
+log = logging.getLogger(__name__)
+
+ENC_TYPES = ("PER_TENSOR", "PER_CHANNEL", "PER_BLOCK", "LPBQ")
+_DTYPE_BITS = re.compile(r"^(u?int|float)(\d+)")
+_FLOAT_ELEM_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                     onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+
+
+@dataclass
+class Enc:
+    bitwidth: int | None
+    dtype: str = "int"                 # "int" | "float"
+    scale: float | None = None
+    offset: float | None = None        # QNN convention: real = (q + offset) * scale
+    min: float | None = None
+    max: float | None = None
+    symmetric: bool | None = None
+    axis: int | None = None            # per-channel / per-block axis when the file says
+    enc_type: str = "PER_TENSOR"
+    block_size: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class Encodings:
+    source: str
+    version: str
+    activations: dict[str, list[Enc]] = field(default_factory=dict)
+    params: dict[str, list[Enc]] = field(default_factory=dict)
+    unclassified: dict[str, list[Enc]] = field(default_factory=dict)  # 2.0.0 layout
+    quantizer_args: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bitwidths(self) -> set[int]:
+        return {e.bitwidth for _, encs in self.entries() for e in encs
+                if e.bitwidth is not None}
+
+    def entries(self) -> Iterator[tuple[str, list[Enc]]]:
+        yield from self.activations.items()
+        yield from self.params.items()
+        yield from self.unclassified.items()
+
+    def names(self) -> set[str]:
+        return set(self.activations) | set(self.params) | set(self.unclassified)
+
+    def by_name(self) -> dict[str, list[Enc]]:
+        return {n: e for n, e in self.entries()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "version": self.version,
+                "activations": len(self.activations), "params": len(self.params),
+                "unclassified": len(self.unclassified),
+                "bitwidths": sorted(self.bitwidths), "notes": list(self.notes)}
+
+
+# -- reading ---------------------------------------------------------------
+
+class _Reader:
+    """Typed access to JSON values that raises UserError naming the JSON path."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, jpath: str, what: str) -> UserError:
+        return UserError(what, file=self.path, key=jpath)
+
+    def obj(self, v: Any, jpath: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(jpath, "expected an object")
+        return v
+
+    def lst(self, v: Any, jpath: str) -> list[Any]:
+        if not isinstance(v, list):
+            raise self.fail(jpath, "expected a list")
+        return v
+
+    def int_(self, d: dict[str, Any], key: str, jpath: str, *, required: bool = True
+             ) -> int | None:
+        if key not in d or d[key] is None:
+            if required:
+                raise self.fail(f"{jpath}.{key}", "missing (expected an integer)")
+            return None
+        v = d[key]
+        if isinstance(v, bool) or not (isinstance(v, int) or
+                                       (isinstance(v, float) and v.is_integer())):
+            raise self.fail(f"{jpath}.{key}", f"expected an integer, got {v!r}")
+        return int(v)
+
+    def num(self, v: Any, jpath: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self.fail(jpath, f"expected a number, got {v!r}")
+        return float(v)
+
+    def opt_num(self, d: dict[str, Any], key: str, jpath: str) -> float | None:
+        if key not in d or d[key] is None:
+            return None
+        return self.num(d[key], f"{jpath}.{key}")
+
+    def flag(self, d: dict[str, Any], key: str, jpath: str) -> bool | None:
+        if key not in d or d[key] is None:
+            return None
+        v = d[key]
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+            return v.strip().lower() == "true"
+        raise self.fail(f"{jpath}.{key}", f"expected True or False, got {v!r}")
+
+    def string(self, d: dict[str, Any], key: str, jpath: str) -> str:
+        v = d.get(key)
+        if not isinstance(v, str) or not v:
+            raise self.fail(f"{jpath}.{key}", "missing (expected a non-empty string)")
+        return v
+
+    def flat_numbers(self, v: Any, jpath: str) -> list[float]:
+        if isinstance(v, list):
+            out: list[float] = []
+            for i, x in enumerate(v):
+                out.extend(self.flat_numbers(x, f"{jpath}[{i}]"))
+            return out
+        return [self.num(v, jpath)]
+
+
+def _dtype_word(v: Any) -> str:
+    return "float" if isinstance(v, str) and v.strip().lower() == "float" else "int"
+
+
+def _read_061(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
+    out: dict[str, list[Enc]] = {}
+    for name, raw in r.obj(section, sname).items():
+        base = f"{sname}[{name!r}]"
+        items = [raw] if isinstance(raw, dict) else r.lst(raw, base)
+        encs: list[Enc] = []
+        for i, item in enumerate(items):
+            jp = f"{base}[{i}]"
+            d = r.obj(item, jp)
+            encs.append(Enc(
+                bitwidth=r.int_(d, "bitwidth", jp), dtype=_dtype_word(d.get("dtype")),
+                scale=r.opt_num(d, "scale", jp), offset=r.opt_num(d, "offset", jp),
+                min=r.opt_num(d, "min", jp), max=r.opt_num(d, "max", jp),
+                symmetric=r.flag(d, "is_symmetric", jp),
+                enc_type="PER_CHANNEL" if len(items) > 1 else "PER_TENSOR"))
+        out[name] = encs
+    return out
+
+
+def _read_100(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
+    out: dict[str, list[Enc]] = {}
+    for i, item in enumerate(r.lst(section, sname)):
+        jp = f"{sname}[{i}]"
+        d = r.obj(item, jp)
+        name = r.string(d, "name", jp)
+        enc_type = str(d.get("enc_type", "PER_TENSOR")).upper()
+        if enc_type not in ENC_TYPES:
+            raise r.fail(f"{jp}.enc_type", f"expected one of {', '.join(ENC_TYPES)}, "
+                                           f"got {d.get('enc_type')!r}")
+        dtype = _dtype_word(d.get("dtype"))
+        bw = r.int_(d, "bw", jp)
+        sym = r.flag(d, "is_sym", jp)
+        block = r.int_(d, "block_size", jp, required=enc_type in ("PER_BLOCK", "LPBQ"))
+        scales = r.flat_numbers(d["scale"], f"{jp}.scale") if "scale" in d else []
+        offsets = r.flat_numbers(d["offset"], f"{jp}.offset") if "offset" in d else []
+        if dtype == "int" and not scales:
+            raise r.fail(f"{jp}.scale", "missing (an INT encoding needs scale values)")
+        if offsets and len(offsets) != len(scales):
+            raise r.fail(f"{jp}.offset", f"has {len(offsets)} values for "
+                                         f"{len(scales)} scales")
+        if not scales:
+            out[name] = [Enc(bw, dtype, symmetric=sym, enc_type=enc_type, block_size=block)]
+            continue
+        out[name] = [Enc(bw, dtype, scale=s, offset=offsets[k] if offsets else None,
+                         symmetric=sym, enc_type=enc_type, block_size=block)
+                     for k, s in enumerate(scales)]
+    return out
+
+
+def _read_200(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
+    out: dict[str, list[Enc]] = {}
+    for i, item in enumerate(r.lst(section, sname)):
+        jp = f"{sname}[{i}]"
+        d = r.obj(item, jp)
+        name = r.string(d, "name", jp)
+        odt = r.string(d, "output_dtype", jp)
+        m = _DTYPE_BITS.match(odt.lower())
+        if not m:
+            raise r.fail(f"{jp}.output_dtype", f"unknown data type {odt!r} "
+                                               f"(expected e.g. int8, uint16, int32)")
+        dtype = "float" if m.group(1) == "float" else "int"
+        bw = int(m.group(2))
+        axis = r.int_(d, "axis", jp, required=False)
+        block = r.int_(d, "block_size", jp, required=False)
+        if "y_scale" in d and isinstance(d["y_scale"], dict):       # 2.1.0 meta encoding
+            scales: list[float | None] = [None]
+        elif "y_scale" in d:
+            scales = list(r.flat_numbers(d["y_scale"], f"{jp}.y_scale"))
+        elif "per_block_int_scale" in d:                           # 2.0.0 LPBQ
+            scales = [None] * len(r.flat_numbers(d["per_block_int_scale"],
+                                                 f"{jp}.per_block_int_scale"))
+        else:
+            raise r.fail(f"{jp}.y_scale", "missing (expected a number or a list)")
+        zps = (r.flat_numbers(d["y_zero_point"], f"{jp}.y_zero_point")
+               if d.get("y_zero_point") is not None else [])
+        if zps and len(zps) not in (1, len(scales)):
+            raise r.fail(f"{jp}.y_zero_point", f"has {len(zps)} values for "
+                                               f"{len(scales)} scales")
+        enc_type = ("LPBQ" if "per_block_int_scale" in d or isinstance(d.get("y_scale"), dict)
+                    else "PER_BLOCK" if block else
+                    "PER_CHANNEL" if axis is not None else "PER_TENSOR")
+        encs = []
+        for k, s in enumerate(scales):
+            zp = zps[k if len(zps) > 1 else 0] if zps else 0.0
+            encs.append(Enc(bw, dtype, scale=s, offset=(-zp if dtype == "int" else None),
+                            axis=axis, enc_type=enc_type, block_size=block))
+        out[name] = encs
+    return out
+
+
+def read_encodings(path: Path) -> Encodings:
+    """Read an AIMET ``.encodings`` file (0.6.1, 1.0.0, 2.0.0/2.1.0).
+    Malformed content raises UserError naming the file and the JSON path."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise UserError("encodings file not found", file=path) from None
+    except OSError as exc:
+        raise UserError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
+    r = _Reader(path)
+    data = r.obj(load_json(text, path), "(top level)")
+    version = data.get("version")
+    notes: list[str] = []
+    acts, params = data.get("activation_encodings"), data.get("param_encodings")
+    enc = Encodings(source=str(path), version=str(version) if version is not None else "?")
+    qa = data.get("quantizer_args")
+    enc.quantizer_args = qa if isinstance(qa, dict) else {}
+    if "encodings" in data and acts is None and params is None:
+        layout = "2.0.0"
+        enc.unclassified = _read_200(r, data["encodings"], "encodings")
+    elif acts is None and params is None:
+        raise UserError("not an AIMET encodings file: none of activation_encodings, "
+                        "param_encodings, encodings", file=path)
+    elif isinstance(acts, list) or isinstance(params, list):
+        layout = "1.0.0"
+        enc.activations = _read_100(r, acts if acts is not None else [], "activation_encodings")
+        enc.params = _read_100(r, params if params is not None else [], "param_encodings")
+    else:
+        layout = "0.6.1"
+        enc.activations = _read_061(r, acts if acts is not None else {}, "activation_encodings")
+        enc.params = _read_061(r, params if params is not None else {}, "param_encodings")
+    if version is None:
+        enc.version = layout
+        notes.append(f"no version key; read as the {layout} layout")
+    elif not str(version).startswith(layout.split(".")[0] + "."):
+        notes.append(f"version {version} with the {layout} layout; read by layout")
+    enc.notes = notes
+    return enc
+
+
+# -- coverage against a model -----------------------------------------------
+
+@dataclass
+class ModelTensors:
+    """What an ONNX model offers to quantize, in graph order."""
+
+    activations: list[str]             # float graph inputs and node outputs
+    params: list[str]                  # float initializers and Constant-node outputs
+    known: set[str]                    # every tensor name in the model (subgraphs too)
+    untyped: list[str]                 # node outputs whose element type is unknown
+
+
+def _walk(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _walk(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _walk(g)
+
+
+def model_tensors(model: onnx.ModelProto) -> ModelTensors:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception as exc:          # a model inference cannot type is still read
+        log.info("shape inference failed (%s); using declared types only", exc)
+        inferred = model
+    elem: dict[str, int] = {}
+    for g in _walk(inferred.graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                elem[vi.name] = vi.type.tensor_type.elem_type
+        for init in g.initializer:
+            elem[init.name] = init.data_type
+    acts: list[str] = []
+    params: list[str] = []
+    untyped: list[str] = []
+    known: set[str] = set()
+    for g in _walk(model.graph):
+        inits = {i.name for i in g.initializer}
+        for init in g.initializer:
+            known.add(init.name)
+            if init.data_type in _FLOAT_ELEM_TYPES:
+                params.append(init.name)
+        for vi in g.input:
+            known.add(vi.name)
+            if vi.name not in inits and elem.get(vi.name) in _FLOAT_ELEM_TYPES:
+                acts.append(vi.name)
+        for vi in g.output:
+            known.add(vi.name)
+        for node in g.node:
+            for out in node.output:
+                if not out:
+                    continue
+                known.add(out)
+                if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                    value = next((a for a in node.attribute if a.name == "value"), None)
+                    if (value is not None and value.t.data_type in _FLOAT_ELEM_TYPES) or \
+                            any(a.name in ("value_float", "value_floats")
+                                for a in node.attribute):
+                        params.append(out)
+                    continue
+                t = elem.get(out)
+                if t is None:
+                    untyped.append(out)
+                elif t in _FLOAT_ELEM_TYPES:
+                    acts.append(out)
+    return ModelTensors(list(dict.fromkeys(acts)), list(dict.fromkeys(params)), known,
+                        list(dict.fromkeys(untyped)))
+
+
+def _sanitise(name: str) -> str:
+    return re.sub(r"\W+", "_", name)
+
+
+@dataclass
+class Coverage:
+    unknown: list[str]                 # names in the file the model does not have
+    uncovered: list[str]               # quantizable tensors the file leaves to --input_list
+    counts: dict[str, int]
+    file_activations: list[str] = field(default_factory=list)   # known names, by role
+    file_params: list[str] = field(default_factory=list)
+    uncovered_activations: list[str] = field(default_factory=list)
+    uncovered_params: list[str] = field(default_factory=list)
+    sanitised: dict[str, str] = field(default_factory=dict)     # unknown -> model name
+
+    @property
+    def none_match(self) -> bool:
+        return bool(self.unknown) and self.counts.get("known", 0) == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "unknown": list(self.unknown),
+                "uncovered_activations": list(self.uncovered_activations),
+                "uncovered_params": list(self.uncovered_params),
+                "sanitised_names": dict(self.sanitised)}
+
+
+def coverage(enc: Encodings, model: onnx.ModelProto) -> Coverage:
+    """Which file names the model lacks, and which quantizable tensors the file
+    does not cover. Activations/params of a 2.0.0 file are sorted by the model."""
+    mt = model_tensors(model)
+    param_set = set(mt.params)
+    names = enc.names()
+    unknown = sorted(n for n in names if n not in mt.known)
+    by_sanitised = {_sanitise(k): k for k in mt.known}
+    sanitised = {u: by_sanitised[u] for u in unknown
+                 if u in by_sanitised and by_sanitised[u] != u}
+    file_acts = [n for n in enc.activations if n in mt.known]
+    file_params = [n for n in enc.params if n in mt.known]
+    for n in enc.unclassified:
+        if n in mt.known:
+            (file_params if n in param_set else file_acts).append(n)
+    unc_acts = [n for n in mt.activations if n not in names]
+    unc_params = [n for n in mt.params if n not in names]
+    counts = {
+        "file_entries": len(names), "known": len(names) - len(unknown),
+        "unknown": len(unknown),
+        "model_activations": len(mt.activations), "model_params": len(mt.params),
+        "covered_activations": len(mt.activations) - len(unc_acts),
+        "covered_params": len(mt.params) - len(unc_params),
+        "uncovered_activations": len(unc_acts), "uncovered_params": len(unc_params),
+        "untyped": len(mt.untyped),
+    }
+    return Coverage(unknown=unknown, uncovered=unc_acts + unc_params, counts=counts,
+                    file_activations=file_acts, file_params=file_params,
+                    uncovered_activations=unc_acts, uncovered_params=unc_params,
+                    sanitised=sanitised)
+
+
+def load_model(path: Path) -> onnx.ModelProto:
+    """An ONNX model for coverage checks (graph only, external data not loaded)."""
+    path = Path(path)
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except FileNotFoundError:
+        raise UserError("model not found", file=path) from None
+    except Exception as exc:          # onnx raises DecodeError and others
+        raise UserError(f"not a readable ONNX model ({type(exc).__name__})",
+                        file=path) from None
+
+
+def bitwidth_mismatches(enc: Encodings, cov: Coverage, *, act_bitwidth: int,
+                        weights_bitwidth: int, bias_bitwidth: int) -> list[tuple[str, str]]:
+    """(tensor, text) for INT encodings whose bitwidth differs from what the
+    export asks: activations must use ``act_bitwidth``, parameters
+    ``weights_bitwidth`` (or ``bias_bitwidth`` for biases)."""
+    by_name = enc.by_name()
+    out: list[tuple[str, str]] = []
+    for role, names, allowed in (("activation", cov.file_activations, {act_bitwidth}),
+                                 ("parameter", cov.file_params,
+                                  {weights_bitwidth, bias_bitwidth})):
+        for n in names:
+            bws = {e.bitwidth for e in by_name.get(n, []) if e.dtype == "int"}
+            bad = sorted(b for b in bws if b is not None and b not in allowed)
+            if bad:
+                want = " or ".join(str(b) for b in sorted(allowed))
+                out.append((n, f"{role} {n}: encodings bitwidth {bad[0]}, export asks {want}"))
+    return out
+
+
+def float_entries(enc: Encodings) -> list[tuple[str, int | None]]:
+    """(name, bitwidth) of float encodings; a 16-bit float one asks for FP16."""
+    return [(n, encs[0].bitwidth) for n, encs in enc.entries()
+            if encs and encs[0].dtype == "float"]

@@ -1,0 +1,97 @@
+"""Count FP16 tensors in converter output and gate on the target SoC.
+
+On an HTP without FP16 (v68: QCS6490, SM7325, ...) one FP16 op makes
+``qnn-context-binary-generator`` abort (exit 134 seen), so the model cannot
+load. The audit reads tensor data types only — ``.dataType=
+QNN_DATATYPE_FLOAT_16`` in the source, ``data_type`` 534 in a ``_net.json``
+or onnxruntime-qnn's QNN JSON graph — never the header comment (which
+contains words like ``float_bitwidth=32``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.errors import UserError
+from qnn_ci.results import Finding, Severity
+from qnn_ci.sdk.cpp_model import parse_cpp_text
+from qnn_ci.sdk.net_json import parse_net_json
+from qnn_ci.sdk.record import load_json, looks_like_json
+from qnn_ci.tables import FP16_CODE, SocInfo
+
+FP16_NAME = "QNN_DATATYPE_FLOAT_16"
+
+
+@dataclass
+class Fp16Report:
+    source: str
+    tensors: list[str]                 # names of the FP16 tensors
+    total_tensors: int
+    problems: list[str] = field(default_factory=list)
+    kind: str = "cpp"                  # "cpp" | "json"
+
+    @property
+    def count(self) -> int:
+        return len(self.tensors)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "kind": self.kind, "fp16_tensors": list(self.tensors),
+                "count": self.count, "total_tensors": self.total_tensors,
+                "problems": list(self.problems)}
+
+
+def audit_fp16(path: Path) -> Fp16Report:
+    """FP16 tensors in a generated source (any extension) or a JSON graph."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise UserError("file not found", file=path) from None
+    except OSError as exc:
+        raise UserError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
+    if looks_like_json(text, path):
+        net = parse_net_json(load_json(text, path), source=str(path))
+        names = [t.name for t in net.tensors if t.data_type_code == FP16_CODE]
+        return Fp16Report(str(path), names, len(net.tensors), list(net.problems), "json")
+    model = parse_cpp_text(text, source=str(path))
+    names = [t.name for t in model.tensors if t.data_type == FP16_NAME]
+    return Fp16Report(str(path), names, len(model.tensors), list(model.problems), "cpp")
+
+
+def why_fp16_fails(soc: SocInfo) -> str:
+    return (f"{soc.name} (HTP {soc.arch_name}) has no FP16: an FP16 op makes the "
+            f"context binary build abort (exit 134). Convert all-quantized "
+            f"(calibration --input_list, no --float_fallback, float bitwidth 32)")
+
+
+def gate_fp16(report: Fp16Report, soc: SocInfo) -> list[Finding]:
+    """Findings for one audited file: one error per FP16 tensor when the SoC has
+    no FP16; an info finding with the count otherwise."""
+    findings: list[Finding] = []
+    name = Path(report.source).name
+    if report.total_tensors == 0:
+        findings.append(Finding(
+            "fp16.unreadable",
+            f"{name}: no tensor definitions could be read, so zero FP16 cannot be "
+            f"confirmed ({'; '.join(report.problems) or 'empty graph'})",
+            Severity.ERROR, subject=name))
+        return findings
+    for problem in report.problems:
+        findings.append(Finding("fp16.parse", f"{name}: {problem}", Severity.WARNING,
+                                subject=name))
+    if report.count and not soc.fp16:
+        reason = why_fp16_fails(soc)
+        for tensor in report.tensors:
+            findings.append(Finding("fp16.tensor",
+                                    f"tensor {tensor} in {name} is FLOAT_16; {reason}",
+                                    Severity.ERROR, subject=tensor))
+        return findings
+    support = "executes FP16" if soc.fp16 else "has no FP16"
+    findings.append(Finding(
+        "fp16.count",
+        f"{name}: {report.count} FP16 tensor(s) of {report.total_tensors}; "
+        f"{soc.name} (HTP {soc.arch_name}) {support}",
+        Severity.INFO, subject=name))
+    return findings
