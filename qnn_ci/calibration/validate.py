@@ -47,7 +47,9 @@ def _digest_and_zero(path: Path) -> tuple[str, bool]:
 
 
 def _dtype_hint(size: int, numel: int, want: np.dtype) -> str:
-    for other in ("float32", "float16", "int64", "int32", "uint8", "float64"):
+    candidates = sorted(("float32", "float16", "int64", "int32", "uint8", "float64"),
+                        key=lambda n: np.dtype(n).kind != want.kind)  # same kind first
+    for other in candidates:
         d = np.dtype(other)
         if d != want and numel and size == numel * d.itemsize:
             return f" (the size fits {other}: was it written as {other}?)"
