@@ -41,6 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qnn-workdir", help=f"work folder (default {DEFAULT_WORKDIR})")
     group.addoption("--qnn-board", help="run board stages on this board")
     group.addoption("--qnn-sdk-root", help="QAIRT SDK root (default $QNN_SDK_ROOT)")
+    group.addoption("--qnn-boards-file", help="a qnn-boards.yaml declaring boards")
     group.addoption("--qnn-no-cache", action="store_true", default=None,
                     help="re-run every stage instead of reusing cached results")
     group.addoption("--qnn-export", action="append", default=None,
@@ -50,6 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("qnn_workdir", "work folder", default=DEFAULT_WORKDIR)
     parser.addini("qnn_board", "board for board stages", default="")
     parser.addini("qnn_sdk_root", "QAIRT SDK root", default="")
+    parser.addini("qnn_boards_file", "a qnn-boards.yaml declaring boards", default="")
     parser.addini("qnn_no_cache", "re-run every stage", type="bool", default=False)
     parser.addini("qnn_export", "only these exports", type="linelist", default=[])
 
@@ -86,7 +88,9 @@ def _options(config: pytest.Config) -> Options:
     workdir = Path(_option(config, "workdir") or DEFAULT_WORKDIR)
     if not workdir.is_absolute():
         workdir = Path(config.rootpath) / workdir
+    boards = _option(config, "boards_file")
     return Options(workdir=workdir, sdk_root=Path(sdk) if sdk else None,
+                   boards_file=Path(boards) if boards else None,
                    board=_option(config, "board") or None,
                    use_cache=not _option(config, "no_cache"),
                    run_token=config.stash[_TOKEN], exports=list(_option(config, "export") or []))
