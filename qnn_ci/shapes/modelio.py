@@ -1,0 +1,186 @@
+"""Reading and writing the model without holding its weights in memory.
+
+The model is loaded *without* its external data: every rewrite works on the
+graph proto, weights stay in their files. onnxruntime sessions for the
+intermediate models are made from files in a scratch folder and told where the
+original external data lives; the output model gets its own ``<out>.data`` file,
+copied tensor by tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO
+
+import onnx
+import onnxruntime as ort
+
+from qnn_ci.errors import UserError
+from qnn_ci.onnx_io import load_model
+
+log = logging.getLogger(__name__)
+
+_EXT_DIR_KEY = "session.model_external_initializers_file_folder_path"
+_CHUNK = 1 << 24
+
+
+def _attr_tensors(attr: onnx.AttributeProto) -> Iterator[onnx.TensorProto]:
+    if attr.HasField("t"):
+        yield attr.t
+    yield from attr.tensors
+    for sp in (*([attr.sparse_tensor] if attr.HasField("sparse_tensor") else []),
+               *attr.sparse_tensors):
+        yield sp.values
+        yield sp.indices
+    if attr.HasField("g"):
+        yield from iter_tensors(attr.g)
+    for g in attr.graphs:
+        yield from iter_tensors(g)
+
+
+def iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto of a graph and its subgraphs (initializers, sparse
+    initializers, tensor attributes such as Constant values)."""
+    yield from graph.initializer
+    for sp in graph.sparse_initializer:
+        yield sp.values
+        yield sp.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            yield from _attr_tensors(attr)
+
+
+def _is_external(t: onnx.TensorProto) -> bool:
+    return t.data_location == onnx.TensorProto.EXTERNAL
+
+
+def _ext_info(t: onnx.TensorProto) -> dict[str, str]:
+    return {e.key: e.value for e in t.external_data}
+
+
+def external_files(model: onnx.ModelProto) -> set[str]:
+    """Relative locations of the external data files the model refers to."""
+    return {_ext_info(t).get("location", "") for t in iter_tensors(model.graph)
+            if _is_external(t)}
+
+
+def load_proto(path: Path) -> onnx.ModelProto:
+    """The model's protobuf, weights left in their external files (UserError when the
+    file is missing, unreadable, not ONNX, or its external data is missing)."""
+    if not path.is_file():
+        raise UserError("model not found" if not path.exists() else "not a file",
+                        file=path)
+    model = load_model(path, external_data=False)
+    if not model.HasField("graph") or not model.opset_import:
+        raise UserError("not an ONNX model (no graph or no opset_import)", file=path)
+    for loc in sorted(external_files(model)):
+        if not loc or os.path.isabs(loc) or ".." in Path(loc).parts:
+            raise UserError(f"external data location {loc!r} must be a relative path "
+                            "inside the model's folder", file=path)
+        if not (path.parent / loc).is_file():
+            raise UserError(f"external data file {loc!r} not found next to the model",
+                            file=path)
+    return model
+
+
+def _session_options(*, optimize: bool, external_dir: Path | None) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if external_dir is not None:
+        so.add_session_config_entry(_EXT_DIR_KEY, str(external_dir))
+    return so
+
+
+def open_session(path: Path, *, optimize: bool = True,
+                 external_dir: Path | None = None) -> ort.InferenceSession:
+    """A CPU onnxruntime session for the model file at ``path``."""
+    return ort.InferenceSession(str(path), _session_options(optimize=optimize,
+                                                            external_dir=external_dir),
+                                providers=["CPUExecutionProvider"])
+
+
+class Scratch:
+    """A temporary folder for intermediate models of one analysis. Sessions made
+    here find the original's external data in ``source_dir``."""
+
+    def __init__(self, source: Path, model: onnx.ModelProto) -> None:
+        self.source = source
+        self.external = bool(external_files(model))
+        self.dir = Path(tempfile.mkdtemp(prefix="qnn-ci-shapes-"))
+
+    def save(self, model: onnx.ModelProto, label: str) -> Path:
+        path = self.dir / f"{label}.onnx"
+        onnx.save(model, str(path))
+        return path
+
+    def session(self, model: onnx.ModelProto, label: str, *,
+                optimize: bool = True) -> ort.InferenceSession:
+        path = self.save(model, label)
+        return open_session(path, optimize=optimize,
+                            external_dir=self.source.parent if self.external else None)
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Scratch:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _copy_range(src: Path, offset: int, length: int | None, dst: BinaryIO) -> int:
+    written = 0
+    with open(src, "rb") as fh:
+        fh.seek(offset)
+        while length is None or written < length:
+            want = _CHUNK if length is None else min(_CHUNK, length - written)
+            chunk = fh.read(want)
+            if not chunk:
+                break
+            dst.write(chunk)
+            written += len(chunk)
+    return written
+
+
+def write_model(model: onnx.ModelProto, out_path: Path, *, source: Path) -> None:
+    """Save ``model`` to ``out_path``. Weights the original kept in external files
+    go to ``<out name>.data`` next to it (copied tensor by tensor, never all in
+    memory); the files are replaced atomically, so ``out_path`` may be the source."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_model = out_path.with_name(out_path.name + ".tmp")
+    if not external_files(model):
+        onnx.save(model, str(tmp_model))
+        os.replace(tmp_model, out_path)
+        return
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    data_name = out_path.name + ".data"
+    tmp_data = out_path.with_name(data_name + ".tmp")
+    with open(tmp_data, "wb") as dst:
+        for t in iter_tensors(out.graph):
+            if not _is_external(t):
+                continue
+            info = _ext_info(t)
+            offset = dst.tell()
+            length = int(info["length"]) if "length" in info else None
+            n = _copy_range(source.parent / info["location"], int(info.get("offset", 0)),
+                            length, dst)
+            del t.external_data[:]
+            for k, v in (("location", data_name), ("offset", str(offset)),
+                         ("length", str(n))):
+                entry = t.external_data.add()
+                entry.key, entry.value = k, v
+    onnx.save(out, str(tmp_model))
+    os.replace(tmp_data, out_path.with_name(data_name))
+    os.replace(tmp_model, out_path)
+    log.info("wrote %s with external data %s", out_path, data_name)
