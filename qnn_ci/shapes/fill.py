@@ -26,10 +26,10 @@ log = logging.getLogger(__name__)
 
 MAX_SESSIONS = 24           # bisection budget (each probe builds a session)
 
-# Ops whose output shape depends on input *values*: a filled shape holds for the
-# feeds used, not in general.
+# Ops whose output shape can depend on input *values* (or on which branch ran): a
+# filled shape holds for the feeds used, not in general.
 DATA_DEPENDENT_OPS = frozenset({"NonZero", "NonMaxSuppression", "Unique", "Compress",
-                                "StringSplit"})
+                                "StringSplit", "If", "Loop"})
 
 
 @dataclass
@@ -92,11 +92,16 @@ def fill_from_onnxruntime(model: onnx.ModelProto, candidates: list[InteriorTenso
     """Shapes (and element types) of ``candidates`` from one onnxruntime run of
     ``model`` on ``feeds``; what could not be measured is in ``skipped``."""
     result = FillResult()
+    kinds = {vi.name: vi.type.WhichOneof("value")
+             for vi in (*model.graph.value_info, *model.graph.output)}
     main: list[str] = []
     for t in candidates:
+        kind = kinds.get(t.name)
         if t.in_subgraph:
             result.skipped.append((t.name, f"inside subgraph {t.graph}: onnxruntime cannot "
                                            "expose it"))
+        elif kind not in (None, "tensor_type"):
+            result.skipped.append((t.name, f"not a tensor ({kind.removesuffix('_type')})"))
         elif t.name not in main:
             main.append(t.name)
     if not main:

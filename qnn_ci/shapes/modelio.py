@@ -91,7 +91,7 @@ def load_proto(path: Path) -> onnx.ModelProto:
 
 def _session_options(*, optimize: bool, external_dir: Path | None) -> ort.SessionOptions:
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4   # errors come back as exceptions; keep stderr clean
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if external_dir is not None:
