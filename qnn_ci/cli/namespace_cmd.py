@@ -60,6 +60,8 @@ def _show(raw: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    for text in args.expect:             # bad --expect syntax first, before any file I/O
+        _parse_expect(text)
     rec = read_record(args.file)
     checks = check_expectations(rec, args.expect)
     failed = [c for c in checks if not c["ok"]]

@@ -194,6 +194,8 @@ def parse_cpp_text(text: str, *, source: str = "<text>") -> CppModel:
         if t is None:
             return
         if t.data_type is None and t.type is None:
+            if last:
+                problems.append(f"source ends after .name= {t.name!r} (file truncated?)")
             return          # a parameter's .name="dilation", not a tensor
         if t.data_type is None:
             why = "definition cut short (file truncated?)" if last else \

@@ -1,0 +1,195 @@
+"""Stage `contract`: did what the manifest asked take effect?
+
+Reads the converter's recorded argument list (generated source, else
+``_net.json``) and compares it with the export's settings: bitwidths, float
+fallback, float bitwidth, per-channel, calibration methods, the calibration
+input list (resolved paths), the AIMET overrides file, and ``input_encoding``
+(``[name, 'other']`` for integer inputs unless the manifest says otherwise).
+Each mismatch is one finding ``key: asked X, converter recorded Y``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from qnn_ci.errors import UserError
+from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.sdk.record import ARGS_OF_INTEREST, ConverterRecord, read_record, same_value
+from qnn_ci.spec import ExportSpec
+from qnn_ci.stage import Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+
+def _show(raw: str | None) -> str:
+    if raw is None:
+        return "nothing (not in the record)"
+    return raw if raw != "" else "(empty)"
+
+
+def _realpath(text: str, base: Path) -> str:
+    p = Path(text).expanduser()
+    if not p.is_absolute():
+        p = base / p
+    return os.path.realpath(p)
+
+
+def integer_inputs(export: ExportSpec) -> list[str]:
+    """Graph inputs whose dtype is an integer type (manifest dtype wins over the model)."""
+    declared: dict[str, str] = {}
+    try:
+        model = onnx.load(str(export.model), load_external_data=False)
+        inits = {i.name for i in model.graph.initializer}
+        for vi in model.graph.input:
+            if vi.name in inits:
+                continue
+            et = vi.type.tensor_type.elem_type
+            declared[vi.name] = (onnx.helper.tensor_dtype_to_np_dtype(et).name if et else "?")
+    except Exception as exc:          # the model is read by earlier stages; be lenient here
+        log.info("could not read graph inputs of %s: %s", export.model, exc)
+    for name, spec in export.inputs.items():
+        if spec.dtype:
+            declared[name] = spec.dtype
+    return [n for n, dt in declared.items() if dt.startswith(("int", "uint"))]
+
+
+def expected_input_encodings(export: ExportSpec) -> dict[str, str]:
+    """input name -> the encoding the converter must have recorded for it."""
+    want = {n: "other" for n in integer_inputs(export)}
+    for name, spec in export.inputs.items():
+        if spec.encoding:
+            want[name] = spec.encoding
+    return want
+
+
+def _recorded_encodings(rec: ConverterRecord) -> dict[str, str]:
+    value = rec.value("input_encoding")
+    out: dict[str, str] = {}
+    if isinstance(value, list | tuple):
+        for entry in value:
+            if isinstance(entry, list | tuple) and len(entry) >= 2:
+                out[str(entry[0])] = str(entry[1])
+    return out
+
+
+def compare(rec: ConverterRecord, export: ExportSpec, input_list: Path | None,
+            base: Path) -> list[Finding]:
+    """The contract findings for one record (``base``: where relative recorded paths
+    are resolved, the converter's working folder)."""
+    q = export.quantization
+    findings: list[Finding] = []
+
+    def mismatch(key: str, asked: Any, extra: str = "") -> None:
+        findings.append(Finding(f"contract.{key}",
+                                f"{key}: asked {asked}, converter recorded "
+                                f"{_show(rec.raw_value(key))}{extra}", Severity.ERROR, key))
+
+    def check(key: str, asked: Any) -> None:
+        if not rec.has(key):
+            findings.append(Finding("contract.unrecorded", f"{key}: asked {asked}, but this "
+                                    f"SDK's record does not list it", Severity.WARNING, key))
+        elif not same_value(asked, rec.value(key)):
+            mismatch(key, asked)
+
+    check("act_bitwidth", q.act_bitwidth)
+    check("weights_bitwidth", q.weights_bitwidth)
+    check("bias_bitwidth", q.bias_bitwidth)
+    check("float_fallback", q.float_fallback)
+    if q.float_bitwidth is not None:
+        check("float_bitwidth", q.float_bitwidth)
+    check("use_per_channel_quantization", q.per_channel)
+    if q.act_calibration:
+        check("act_quantizer_calibration", q.act_calibration)
+    if q.param_calibration:
+        check("param_quantizer_calibration", q.param_calibration)
+    if q.percentile is not None:
+        check("percentile_calibration_value", q.percentile)
+
+    recorded_list = rec.raw_value("input_list")
+    if input_list is None:
+        if recorded_list not in (None, "", "None"):
+            mismatch("input_list", "none")
+    elif recorded_list in (None, "", "None"):
+        mismatch("input_list", str(input_list),
+                 " (no calibration: the converter skipped quantization)")
+    elif _realpath(recorded_list, base) != os.path.realpath(input_list):
+        mismatch("input_list", str(input_list))
+
+    recorded_ov = rec.raw_value("quantization_overrides")
+    if q.overrides is None:
+        if recorded_ov not in (None, "", "None"):
+            mismatch("quantization_overrides", "none")
+    elif recorded_ov in (None, "", "None"):
+        mismatch("quantization_overrides", str(q.overrides),
+                 " (the AIMET encodings were not applied)")
+    elif _realpath(recorded_ov, base) != os.path.realpath(q.overrides):
+        mismatch("quantization_overrides", str(q.overrides))
+
+    want = expected_input_encodings(export)
+    got = _recorded_encodings(rec)
+    for name, enc in want.items():
+        if got.get(name) != enc:
+            mismatch("input_encoding", f"[{name!r}, {enc!r}]",
+                     "" if name not in got else f" ({name} recorded as {got[name]!r})")
+
+    for c in rec.conflicts:
+        findings.append(Finding("contract.alias_conflict", c.message(), Severity.WARNING,
+                                c.canonical))
+    for p in rec.problems:
+        findings.append(Finding("contract.record", p, Severity.WARNING))
+    return findings
+
+
+class ContractStage(Stage):
+    name = "contract"
+    needs = ("convert", "calibration")
+    marker = "qnn_sdk"
+
+    def run(self, ctx: StageContext) -> StageResult:
+        convert = ctx.upstream["convert"]
+        calibration = ctx.upstream.get("calibration")
+        rec: ConverterRecord | None = None
+        errors: list[str] = []
+        for key in ("cpp", "net_json"):
+            path = convert.artefacts.get(key)
+            if not path:
+                continue
+            try:
+                rec = read_record(Path(path))
+                break
+            except UserError as exc:
+                errors.append(exc.oneline())
+        if rec is None:
+            msg = "no recorded converter arguments to check: " + ("; ".join(errors) or
+                                                                  "convert listed no cpp/net_json")
+            return StageResult(self.name, Status.FAILED, msg,
+                               [Finding("contract.no_record", msg, Severity.ERROR)])
+        input_list = None
+        if calibration is not None and calibration.artefacts.get("input_list"):
+            input_list = Path(calibration.artefacts["input_list"])
+        base = Path(rec.source or ".").resolve().parent
+        findings = compare(rec, ctx.export, input_list, base)
+        errors_ = [f for f in findings if f.severity == Severity.ERROR]
+        if errors_:
+            summary = f"{len(errors_)} setting(s) did not take effect: " + \
+                      errors_[0].message
+        else:
+            checked = len([k for k in ARGS_OF_INTEREST if rec.has(k)])
+            summary = f"recorded arguments match the manifest ({checked} checked keys present)"
+        props: dict[str, Any] = {k: rec.args[k] for k in ARGS_OF_INTEREST if k in rec.args}
+        props["sdk_version"] = rec.sdk_version or ""
+        report = ctx.workdir / "contract.json"
+        report.write_text(json.dumps({"record": rec.to_dict(),
+                                      "findings": [f.to_dict() for f in findings]},
+                                     indent=2), "utf-8")
+        return StageResult(
+            self.name, Status.FAILED if errors_ else Status.PASSED, summary, findings,
+            properties=props, artefacts={"report": str(report)},
+            data={"sdk_version": rec.sdk_version, "args": dict(rec.args)},
+        )
