@@ -12,10 +12,12 @@ INSTALL_HINT = "onnxruntime-qnn is not installed: pip install 'qnn-ci[sim]'"
 def sim_unavailable() -> str | None:
     """None when ``onnxruntime_qnn`` can be imported, else the reason (with the
     install command) to skip the simulator items."""
-    if importlib.util.find_spec("onnxruntime_qnn") is None:
-        return INSTALL_HINT
     try:
+        if importlib.util.find_spec("onnxruntime_qnn") is None:
+            return INSTALL_HINT
         import onnxruntime_qnn  # noqa: F401
+    except ImportError:
+        return INSTALL_HINT
     except Exception as exc:  # a broken install: say what broke
         return f"onnxruntime-qnn cannot be imported ({exc}); reinstall: pip install 'qnn-ci[sim]'"
     return None

@@ -1,0 +1,208 @@
+"""`qnn-ci sim MODEL.onnx --soc SOC`: will this model run on the SoC's HTP?
+
+Quantizes the model for the HTP (QDQ, W8A16 by default), prepares it on
+onnxruntime-qnn's HTP simulator/graph preparer for the SoC with CPU fallback
+disabled, and (with --calibration) runs the prepared graph against fp32
+onnxruntime CPU. Exit 0 prepared (and within thresholds), 1 rejected or out of
+thresholds, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.errors import UserError
+from qnn_ci.results import Severity
+
+EPILOG = """\
+Without --calibration the model is quantized with RANDOM data: the prepare
+answer (does every node go to the HTP?) holds, numbers are not checked.
+Needs onnxruntime-qnn: pip install 'qnn-ci[sim]'.
+"""
+RANDOM_SAMPLES = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("model", type=Path, metavar="MODEL.onnx")
+    parser.add_argument("--soc", required=True, help="target SoC, e.g. QCS6490")
+    parser.add_argument("--dim", action="append", default=[], metavar="INPUT=d0,d1,...",
+                        help="pin a dynamic input (repeatable)")
+    parser.add_argument("--calibration", type=Path, metavar="INPUT_LIST",
+                        help="calibration input list (name:=/abs/path.raw per input per line)")
+    parser.add_argument("--test-inputs", type=Path, metavar="INPUT_LIST",
+                        help="held-out samples for the numeric check (default: the first "
+                             "calibration samples, with a warning)")
+    parser.add_argument("--samples", type=int, default=2,
+                        help="simulated inferences for the numeric check (default 2; the "
+                             "simulator is slow)")
+    parser.add_argument("--act-bw", type=int, default=16, choices=(8, 16),
+                        help="activation bitwidth (default 16)")
+    parser.add_argument("--weight-bw", type=int, default=8, choices=(4, 8, 16),
+                        help="weight bitwidth (default 8)")
+    parser.add_argument("--per-channel", action="store_true", help="per-channel weights")
+    parser.add_argument("--encodings", type=Path, metavar="FILE.encodings",
+                        help="AIMET encodings applied as tensor overrides")
+    parser.add_argument("-t", "--threshold", action="append", default=[],
+                        metavar="[OUTPUT:]METRIC=VALUE",
+                        help="comparison bound (repeatable; default cosine=0.99)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="artefact folder (default ./qnn-ci-out/<model>)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _pin(model_path: Path, dims_args: list[str], out_dir: Path) -> Path:
+    """The model with every input static: as given, or pinned by --dim into
+    ``out_dir/<stem>.static.onnx``. Dynamic inputs without --dim: UserError."""
+    import onnx
+
+    from qnn_ci.cli.dims import parse_dims
+    from qnn_ci.onnx_io import graph_inputs, load_model
+    from qnn_ci.shapes.pin import (
+        dim_suggestion,
+        drop_stale_shapes,
+        infer,
+        pin_inputs,
+        real_inputs,
+        validate_dims,
+    )
+
+    model = load_model(model_path)
+    ios = graph_inputs(model)
+    dims = parse_dims(dims_args, {io.name: io for io in ios})
+    validate_dims(model, dims)
+    static = {io.name: io.static_shape is not None for io in ios}
+    missing = [vi for vi in real_inputs(model) if vi.name not in dims and not static[vi.name]]
+    if missing:
+        raise UserError("dynamic input(s) not pinned: " + "; ".join(
+            f"{vi.name}: give --dim {dim_suggestion(vi)}" for vi in missing), file=model_path)
+    if not dims:
+        return model_path
+    pin_inputs(model, dims)
+    drop_stale_shapes(model)
+    model, _warnings = infer(model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pinned = out_dir / f"{model_path.name.removesuffix('.onnx')}.static.onnx"
+    onnx.save(model, str(pinned))
+    return pinned
+
+
+def run(args: argparse.Namespace) -> int:
+    from qnn_ci.sim.availability import sim_unavailable
+    from qnn_ci.sim.ep import sim_target
+
+    soc = sim_target(args.soc, key="--soc")      # before anything runs
+    if args.samples < 1:
+        raise UserError("--samples must be at least 1")
+    reason = sim_unavailable()
+    if reason:
+        raise UserError(reason)
+    if not args.model.is_file():
+        raise UserError("model not found", file=args.model)
+    out_dir = (args.out or Path("qnn-ci-out") / args.model.name.removesuffix(".onnx")).resolve()
+    return _run(args, soc, out_dir)
+
+
+def _run(args: argparse.Namespace, soc: Any, out_dir: Path) -> int:
+    import onnx
+
+    from qnn_ci.compare import apply_thresholds
+    from qnn_ci.sim.check import check_htp
+    from qnn_ci.sim.numerics import simulate_and_compare
+    from qnn_ci.sim.quantize import QuantSettings
+    from qnn_ci.sim.samples import inputs_of, load_samples, random_samples
+
+    thresholds = apply_thresholds(args.threshold)
+    model = _pin(args.model, args.dim, out_dir)
+    metas = inputs_of(onnx.load(str(model), load_external_data=False), source=model)
+    if args.calibration:
+        samples = load_samples(args.calibration, metas)
+    else:
+        samples = random_samples(metas, RANDOM_SAMPLES)
+    test = load_samples(args.test_inputs, metas, limit=args.samples) if args.test_inputs \
+        else None
+    settings = QuantSettings(act_bitwidth=args.act_bw, weights_bitwidth=args.weight_bw,
+                             per_channel=args.per_channel, overrides=args.encodings)
+    report = check_htp(model, out_dir, soc, samples, settings,
+                       random_calibration=args.calibration is None,
+                       log_severity=0 if args.verbose >= 2 else 2)
+    numerics = None
+    if args.calibration and report.passed and report.prepare and report.prepare.ctx_model:
+        assert report.quantize is not None
+        held = test if test is not None else samples[:args.samples]
+        numerics = simulate_and_compare(model, report.quantize.model, report.prepare.ctx_model,
+                                        soc, held, thresholds, out_dir)
+    passed = report.passed and (numerics is None or numerics.passed)
+    result = report.to_dict() | {"passed": passed, "out_dir": str(out_dir),
+                                 "numerics": numerics.to_dict() if numerics else None}
+    if numerics is not None and test is None:
+        result["numerics"]["sample_source"] = "calibration"
+    (out_dir / "sim_report.json").write_text(json.dumps(result, indent=2, default=str),
+                                             "utf-8")
+    if args.json:
+        json.dump(result, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        _print_human(report, numerics, test is None, passed)
+    return 0 if passed else 1
+
+
+def _fmt(value: float | None, metric: str) -> str:
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.6f}" if metric == "cosine" else f"{value:.4g}"
+
+
+def _print_human(report: Any, numerics: Any, on_calibration: bool, passed: bool) -> None:
+    soc, p, q = report.soc, report.prepare, report.quantize
+    print(f"model:    {report.model}")
+    print(f"SoC:      {soc.name} (HTP {soc.arch_name}, simulator id {soc.sim_soc_id})")
+    if report.random_calibration:
+        print("calibration: RANDOM data (no --calibration): prepare result only, "
+              "no numeric check")
+    elif q is not None:
+        print(f"calibration: {q.samples} sample(s)")
+    if q is not None and q.constants_folded:
+        print(f"constants folded into initializers: {q.constants_folded}")
+    if p is not None:
+        ctx = p.context
+        arch = f"v{ctx.arch}" if ctx and ctx.arch is not None else "?"
+        print(f"arch:     {arch}" + (f" (binary soc_type={ctx.soc_type}, vtcm_size="
+                                     f"{ctx.vtcm_size})" if ctx else ""))
+        counts = (f"{p.nodes_on_htp} / {p.nodes_total}" if p.nodes_total is not None
+                  else "unknown (no session could be built)")
+        print(f"nodes on HTP / total: {counts}")
+        print(f"rejected nodes: {len(p.rejected) or 'none'}")
+        for r in p.rejected[:50]:
+            print(f"  - {r.describe()}")
+        if len(p.rejected) > 50:
+            print(f"  ... {len(p.rejected) - 50} more (see the JSON report)")
+        print(f"context model:  {p.ctx_model or '-'}")
+        print(f"context binary: {p.ctx_binary or '-'}")
+        print(f"EP log:         {p.ep_log}")
+    if numerics is not None:
+        src = "calibration (no --test-inputs)" if on_calibration else "held-out"
+        print(f"numerics: {numerics.samples} {src} sample(s), simulator vs fp32 CPU "
+              f"({numerics.sim_s_per_inference:.2f} s per simulated inference)")
+        for out in numerics.comparison.outputs:
+            for s in out.samples:
+                m = s.metrics
+                vals = "  ".join(f"{k} {_fmt(m.value(k) if m else None, k)}"
+                                 for k in ("cosine", "max_abs", "snr"))
+                print(f"  {out.name} sample {s.sample}: {vals}  {s.verdict}")
+    tags = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "info"}
+    shown = [f for f in report.findings if f.check not in ("sim.rejected",)]
+    if numerics is not None:
+        shown += numerics.findings
+    for f in shown:
+        print(f"{tags[f.severity]}: [{f.check}] {f.message}")
+    print(f"{'PASSED' if passed else 'FAILED'}: {report.summary_line()}"
+          + (f"; {numerics.comparison.summary_line()}" if numerics is not None else ""))

@@ -1,0 +1,164 @@
+"""Run the prepared graph on the HTP simulator and compare it with fp32
+onnxruntime CPU, through ``qnn_ci.compare`` (the board comparison's metrics,
+thresholds and messages).
+
+Outputs are written as ``<dir>/Result_<N>/<output name>.npy`` (the
+qnn-net-run layout), so a run can be compared again with ``qnn-ci compare``.
+The quantized (QDQ) model is also run on the CPU: a loss seen there too comes
+from quantization, not from the HTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qnn_ci.compare.outputs import sanitize
+from qnn_ci.results import Finding, Severity
+from qnn_ci.sim.ep import capture_native_output, htp_session_options
+from qnn_ci.sim.samples import Feeds
+from qnn_ci.spec import Thresholds
+from qnn_ci.tables import SocInfo
+
+log = logging.getLogger(__name__)
+
+Outputs = dict[str, np.ndarray]
+
+
+@dataclass
+class NumericsResult:
+    samples: int
+    comparison: Any                       # qnn_ci.compare Comparison (sim vs fp32 CPU)
+    qdq_cpu: Any | None                   # Comparison of the QDQ model on CPU vs fp32 CPU
+    reference_dir: Path
+    sim_dir: Path
+    qdq_cpu_dir: Path | None
+    sim_s_per_inference: float
+    cpu_s_per_inference: float
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.comparison.passed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples": self.samples, "passed": self.passed,
+                "comparison": self.comparison.to_dict(),
+                "qdq_on_cpu": self.qdq_cpu.to_dict() if self.qdq_cpu is not None else None,
+                "reference_dir": str(self.reference_dir), "sim_dir": str(self.sim_dir),
+                "sim_s_per_inference": round(self.sim_s_per_inference, 4),
+                "cpu_s_per_inference": round(self.cpu_s_per_inference, 4)}
+
+
+def cpu_session(model: Path) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(model), sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def htp_session(ctx_model: Path, soc: SocInfo, log_path: Path) -> Any:
+    """A session on a prepared EPContext model, every node on the HTP simulator."""
+    import onnxruntime as ort
+
+    so = htp_session_options(soc, record_assignment=False)
+    with capture_native_output(log_path):
+        return ort.InferenceSession(str(ctx_model), sess_options=so)
+
+
+def run_all(session: Any, samples: Sequence[Feeds], *, log_path: Path | None = None
+            ) -> tuple[list[Outputs], float]:
+    """Outputs per sample and the mean seconds per inference."""
+    names = [o.name for o in session.get_outputs()]
+    outs: list[Outputs] = []
+    start = time.monotonic()
+    for feeds in samples:
+        if log_path is not None:
+            with capture_native_output(log_path):
+                values = session.run(names, feeds)
+        else:
+            values = session.run(names, feeds)
+        outs.append(dict(zip(names, values, strict=True)))
+    return outs, (time.monotonic() - start) / max(1, len(samples))
+
+
+def file_key(name: str) -> str:
+    """The output's file key: its own name (a ``/`` makes sub-folders, as
+    qnn-net-run does), or the converter's sanitized form when the name would not
+    survive as a relative path."""
+    parts = [p for p in name.split("/") if p not in ("", ".", "..")]
+    key = "/".join(parts)
+    return key if key == name else sanitize(name)
+
+
+def write_outputs(folder: Path, outputs: Sequence[Outputs]) -> Path:
+    """``folder/Result_<N>/<output key>.npy``, N from 0."""
+    for n, outs in enumerate(outputs):
+        for name, value in outs.items():
+            path = folder / f"Result_{n}" / f"{file_key(name)}.npy"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, np.asarray(value))
+    return folder
+
+
+def _compare(reference: Path, test: Path, thresholds: Thresholds,
+             expected: dict[str, tuple[str, tuple[int, ...]]]) -> Any:
+    from qnn_ci.compare import compare_sets, load_output_set
+
+    return compare_sets(load_output_set(reference), load_output_set(test), thresholds,
+                        expected=expected)
+
+
+def _oracle(ref_dir: Path, qdq_dir: Path, sim_dir: Path) -> list[Finding]:
+    """onnxruntime's QNN EP oracle with the QDQ model on CPU as the CPU side; advisory
+    here (warnings), the thresholds decide."""
+    from qnn_ci.compare import accuracy_rule, load_output_set
+
+    out: list[Finding] = []
+    for f in accuracy_rule(load_output_set(ref_dir), load_output_set(qdq_dir),
+                           load_output_set(sim_dir)):
+        sev = Severity.WARNING if f.severity == Severity.ERROR else f.severity
+        out.append(Finding(f.check, "onnxruntime's QNN EP oracle (CPU side = the QDQ model on "
+                           f"onnxruntime CPU): {f.message}", sev, f.subject))
+    return out
+
+
+def simulate_and_compare(float_model: Path, qdq_model: Path | None, ctx_model: Path,
+                         soc: SocInfo, samples: Sequence[Feeds], thresholds: Thresholds,
+                         out_dir: Path) -> NumericsResult:
+    """Run ``samples`` through fp32 CPU, the simulator (and the QDQ model on CPU)
+    and compare."""
+    import shutil
+
+    for sub in ("reference", "sim", "qdq_cpu"):
+        shutil.rmtree(out_dir / sub, ignore_errors=True)
+    log_path = out_dir / "sim_run.log"
+    ref_session = cpu_session(float_model)
+    ref, cpu_s = run_all(ref_session, samples)
+    expected = {file_key(k): (str(v.dtype), tuple(v.shape)) for k, v in ref[0].items()}
+    sim, sim_s = run_all(htp_session(ctx_model, soc, log_path), samples, log_path=log_path)
+    ref_dir = write_outputs(out_dir / "reference", ref)
+    sim_dir = write_outputs(out_dir / "sim", sim)
+    comparison = _compare(ref_dir, sim_dir, thresholds, expected)
+    qdq_cmp, qdq_dir = None, None
+    if qdq_model is not None and qdq_model.is_file():
+        qdq, _ = run_all(cpu_session(qdq_model), samples)
+        qdq_dir = write_outputs(out_dir / "qdq_cpu", qdq)
+        qdq_cmp = _compare(ref_dir, qdq_dir, thresholds, expected)
+    findings = list(comparison.findings)
+    if qdq_cmp is not None and qdq_dir is not None:
+        findings.append(Finding("sim.qdq_on_cpu", "the same quantized (QDQ) model on "
+                                f"onnxruntime CPU: {qdq_cmp.summary_line()}; on the simulator: "
+                                f"{comparison.summary_line()} (a loss seen on both comes from "
+                                "quantization; one seen only on the simulator, from the HTP)",
+                                Severity.INFO))
+        findings += _oracle(ref_dir, qdq_dir, sim_dir)
+    return NumericsResult(len(samples), comparison, qdq_cmp, ref_dir, sim_dir, qdq_dir,
+                          sim_s, cpu_s, findings)

@@ -1,0 +1,291 @@
+"""Prepare a QDQ model for one SoC's HTP on the simulator's graph preparer.
+
+One session does it all: CPU fallback disabled, the assignment record on, the
+EPContext model and context binary written (``<stem>_ctx.onnx`` +
+``<stem>_ctx_qnn.bin``), the QNN JSON graph and the op trace (ONNX node ->
+QNN ops) dumped, and the EP's log captured. The session exists only if every
+node went to QNN; the binary is then read back for the SoC and arch it was
+built for.
+
+When the prepare fails, a second session with CPU fallback allowed (and no
+context written) gives the assignment record the first one could not: how many
+nodes the HTP took, and which went to the CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from qnn_ci.results import Finding, Severity
+from qnn_ci.sim.binary import ContextInfo, read_context_info
+from qnn_ci.sim.ep import EP_NAME, assignment, capture_native_output, htp_session_options
+from qnn_ci.sim.logparse import EpLog, RejectedNode, read_ep_log
+from qnn_ci.tables import SocInfo
+
+log = logging.getLogger(__name__)
+
+_SUFFIX = re.compile(r"(_token_\d+|_\d+)$")
+NO_REASON = ("not taken by the QNN EP; no reason at this log level (the EP's verbose log, "
+             "`qnn-ci -vv sim`, may say why)")
+MAX_NODE_FINDINGS = 20
+STATIC_SHAPES_HINT = ("pin every dim first: the static_shapes stage (manifest `inputs:` "
+                      "shapes) or `qnn-ci shapes --dim NAME=d0,d1,...`")
+
+
+@dataclass
+class PrepareResult:
+    soc: SocInfo
+    prepared: bool
+    ep_log: Path
+    ctx_model: Path | None = None
+    ctx_binary: Path | None = None
+    qnn_json: list[Path] = field(default_factory=list)
+    op_trace: Path | None = None
+    context: ContextInfo | None = None
+    nodes_on_htp: int | None = None
+    nodes_total: int | None = None
+    by_ep: dict[str, int] = field(default_factory=dict)
+    rejected: list[RejectedNode] = field(default_factory=list)
+    error: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        ctx = self.context
+        return {
+            "soc": self.soc.name, "sim_soc_id": self.soc.sim_soc_id, "prepared": self.prepared,
+            "soc_type": ctx.soc_type if ctx else None, "arch": ctx.arch if ctx else None,
+            "vtcm_size": ctx.vtcm_size if ctx else None,
+            "nodes_on_htp": self.nodes_on_htp, "nodes_total": self.nodes_total,
+            "nodes_by_ep": self.by_ep, "rejected": [r.to_dict() for r in self.rejected],
+            "error": self.error,
+            "ctx_model": _s(self.ctx_model), "ctx_binary": _s(self.ctx_binary),
+            "qnn_json": [str(p) for p in self.qnn_json], "op_trace": _s(self.op_trace),
+            "ep_log": str(self.ep_log), "duration_s": round(self.duration_s, 3),
+        }
+
+
+def _s(p: Path | None) -> str | None:
+    return str(p) if p is not None else None
+
+
+def dynamic_dims(model: onnx.ModelProto) -> list[tuple[str, str, list[str]]]:
+    """(kind, tensor, dims) for graph inputs/outputs and value_info with a dim that
+    is not a positive integer."""
+    found: list[tuple[str, str, list[str]]] = []
+    inits = {i.name for i in model.graph.initializer}
+    groups = [("input", [v for v in model.graph.input if v.name not in inits]),
+              ("output", list(model.graph.output)), ("interior", list(model.graph.value_info))]
+    for kind, values in groups:
+        for vi in values:
+            tt = vi.type.tensor_type
+            if not tt.HasField("shape"):
+                continue
+            dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                    for d in tt.shape.dim]
+            if any(not (d.isdigit() and int(d) > 0) for d in dims):
+                found.append((kind, vi.name, dims))
+    return found
+
+
+def _reset(paths: list[Path], dirs: list[Path]) -> None:
+    for p in paths:
+        p.unlink(missing_ok=True)
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+
+
+def _ctx_binary(ctx_model: Path) -> Path | None:
+    """The binary an embed-mode-0 EPContext model points at."""
+    m = onnx.load(str(ctx_model), load_external_data=False)
+    for node in m.graph.node:
+        if node.op_type == "EPContext":
+            for a in node.attribute:
+                if a.name == "ep_cache_context":
+                    return ctx_model.parent / a.s.decode()
+    return None
+
+
+def _session(model: Path, so: Any, log_path: Path) -> Any:
+    import onnxruntime as ort
+
+    with capture_native_output(log_path):
+        return ort.InferenceSession(str(model), sess_options=so)
+
+
+def _map_names(rejected: list[RejectedNode], node_types: dict[str, str]) -> list[RejectedNode]:
+    """Map EP-made names (``conv1_token_1``, ``relu1_2``) back to the model's node
+    names (and op types) and merge duplicates."""
+    merged: dict[str, RejectedNode] = {}
+    for r in rejected:
+        name = base = r.name
+        while name not in node_types and _SUFFIX.search(base):
+            base = _SUFFIX.sub("", base)
+            name = base if base in node_types else name
+        cur = merged.setdefault(name, RejectedNode(name))
+        cur.op_type = cur.op_type or r.op_type or node_types.get(name)
+        cur.qnn_type = cur.qnn_type or r.qnn_type
+        cur.error_code = cur.error_code if cur.error_code is not None else r.error_code
+        cur.reason = cur.reason or r.reason
+    return list(merged.values())
+
+
+def prepare_for_htp(qdq_model: Path, out_dir: Path, soc: SocInfo, *, stem: str | None = None,
+                    log_severity: int = 2, diagnose: bool = True) -> PrepareResult:
+    """Prepare ``qdq_model`` for ``soc`` (its numeric simulator id) with CPU
+    fallback disabled; see the module docstring."""
+    start = time.monotonic()
+    stem = stem or qdq_model.name.removesuffix(".onnx")
+    ctx_model = out_dir / f"{stem}_ctx.onnx"
+    json_dir, trace_dir = out_dir / "qnn_json", out_dir / "op_trace"
+    ep_log = out_dir / "ep.log"
+    _reset([ctx_model, out_dir / f"{stem}_ctx_qnn.bin", ep_log], [json_dir, trace_dir])
+    so = htp_session_options(
+        soc, log_severity=log_severity,
+        config={"ep.context_enable": "1", "ep.context_file_path": str(ctx_model),
+                "ep.context_embed_mode": "0"},
+        provider_options={"dump_json_qnn_graph": "1", "json_qnn_graph_dir": str(json_dir),
+                          "enable_framework_op_trace": "1",
+                          "framework_op_trace_dir": str(trace_dir)})
+    res = PrepareResult(soc, False, ep_log)
+    model = onnx.load(str(qdq_model), load_external_data=False)
+    node_types = {n.name: n.op_type for n in model.graph.node}
+    try:
+        session = _session(qdq_model, so, ep_log)
+    except Exception as exc:
+        res.error = str(exc).strip()
+        _failed(res, qdq_model, model, node_types, log_severity, diagnose)
+    else:
+        _succeeded(res, session, ctx_model)
+        del session
+    res.qnn_json = sorted(p for p in json_dir.glob("*.json")
+                          if not p.name.endswith("_tensor_log.json"))
+    trace = trace_dir / "qnn_op_trace.json"
+    res.op_trace = trace if trace.is_file() else None
+    res.duration_s = time.monotonic() - start
+    return res
+
+
+def _count(res: PrepareResult, by_ep_nodes: dict[str, list[tuple[str, str]]]) -> None:
+    res.by_ep = {ep: len(nodes) for ep, nodes in by_ep_nodes.items()}
+    res.nodes_on_htp = res.by_ep.get(EP_NAME, 0)
+    res.nodes_total = sum(res.by_ep.values())
+
+
+def _succeeded(res: PrepareResult, session: Any, ctx_model: Path) -> None:
+    by_ep = assignment(session)
+    _count(res, by_ep)
+    others = {ep: n for ep, n in by_ep.items() if ep != EP_NAME and n}
+    if others or not res.nodes_total:
+        res.findings.append(Finding("sim.assignment", "the session reports nodes not on QNN: "
+                                    + ", ".join(f"{ep}: {len(n)}" for ep, n in others.items()),
+                                    Severity.ERROR))
+    res.ctx_model = ctx_model if ctx_model.is_file() else None
+    res.ctx_binary = _ctx_binary(ctx_model) if res.ctx_model else None
+    if res.ctx_binary is None or not res.ctx_binary.is_file():
+        res.findings.append(Finding("sim.context", "the prepare wrote no context binary "
+                                    f"next to {ctx_model.name}", Severity.ERROR))
+        return
+    res.context = read_context_info(res.ctx_binary)
+    res.findings += check_context(res.context, res.soc, res.ctx_binary)
+    res.prepared = not any(f.severity == Severity.ERROR for f in res.findings)
+
+
+def check_context(info: ContextInfo, soc: SocInfo, binary: Path) -> list[Finding]:
+    """The binary must say it was built for ``soc``: soc_type, arch, and VTCM size
+    where the table knows it."""
+    out: list[Finding] = []
+    names = {soc.name.upper(), *(a.upper() for a in soc.aliases)}
+    if info.soc_type is None or info.soc_type.upper() not in names:
+        out.append(Finding("sim.soc_type", f"{binary.name} was built for soc_type="
+                           f"{info.soc_type}, not {soc.name} (simulator id {soc.sim_soc_id})",
+                           Severity.ERROR, subject=binary.name))
+    if info.arch != soc.htp_arch:
+        out.append(Finding("sim.arch", f"{binary.name} was built for arch={info.arch}, not "
+                           f"{soc.htp_arch} ({soc.arch_name}) of {soc.name}",
+                           Severity.ERROR, subject=binary.name))
+    if soc.vtcm_mb is not None and info.vtcm_size not in (None, soc.vtcm_mb << 20):
+        out.append(Finding("sim.vtcm", f"{binary.name} has vtcm_size={info.vtcm_size}, the "
+                           f"table says {soc.vtcm_mb} MiB for {soc.name}", Severity.WARNING))
+    return out
+
+
+def _failed(res: PrepareResult, qdq_model: Path, model: onnx.ModelProto,
+            node_types: dict[str, str], log_severity: int, diagnose: bool) -> None:
+    parsed: EpLog = read_ep_log(res.ep_log)
+    rejected = list(parsed.rejected)
+    if diagnose:
+        with res.ep_log.open("a", encoding="utf-8") as fh:
+            fh.write("\n=== qnn-ci: diagnostic session, CPU fallback allowed ===\n")
+        so = htp_session_options(res.soc, allow_cpu_fallback=True, log_severity=log_severity)
+        try:
+            session = _session(qdq_model, so, res.ep_log)
+        except Exception as exc:
+            log.info("diagnostic session failed too: %s", exc)
+        else:
+            by_ep = assignment(session)
+            _count(res, by_ep)
+            named = {r.name for r in _map_names(rejected, node_types)}
+            for ep, nodes in by_ep.items():
+                if ep == EP_NAME:
+                    continue
+                for name, op_type in nodes:
+                    if name not in named:
+                        rejected.append(RejectedNode(name, op_type, reason=NO_REASON))
+            del session
+    for _, count, reason in parsed.unit_failures:
+        log.debug("unit failure: %s nodes: %s", count, reason)
+    res.rejected = _map_names(rejected, node_types)
+    res.findings += failure_findings(res, parsed, model)
+
+
+def failure_findings(res: PrepareResult, parsed: EpLog, model: onnx.ModelProto) -> list[Finding]:
+    out: list[Finding] = []
+    dyn = dynamic_dims(model)
+    for kind, name, dims in dyn:
+        why = ("a dynamic input makes the EP reject every node" if kind == "input"
+               else "may be why nodes were rejected")
+        out.append(Finding("sim.dynamic_dim", f"{kind} {name!r} has dynamic dims "
+                           f"[{', '.join(dims)}]: the HTP needs static shapes ({why}); "
+                           f"{STATIC_SHAPES_HINT}",
+                           Severity.ERROR if kind == "input" else Severity.WARNING,
+                           subject=name))
+    if any("Cannot get shape" in r for r in parsed.reasons) and not dyn:
+        out.append(Finding("sim.dynamic_dim", "the EP could not get a static shape for some "
+                           f"tensors; {STATIC_SHAPES_HINT}", Severity.ERROR))
+    explained = [r for r in res.rejected if r.reason != NO_REASON]
+    silent = [r for r in res.rejected if r.reason == NO_REASON]
+    if any(f.severity == Severity.ERROR for f in out) and not explained:
+        silent_note = "the dynamic dims above are the likely cause"
+    else:
+        for r in explained[:MAX_NODE_FINDINGS]:
+            out.append(Finding("sim.rejected", f"{res.soc.name} HTP rejected {r.describe()}",
+                               Severity.ERROR, subject=r.name))
+        silent += explained[MAX_NODE_FINDINGS:]
+        silent_note = NO_REASON
+    if silent:
+        names = ", ".join(f"{r.name} ({r.op_type or r.qnn_type})" for r in silent[:8])
+        more = f" and {len(silent) - 8} more" if len(silent) > 8 else ""
+        label = "more node(s)" if explained[:MAX_NODE_FINDINGS] and silent_note == NO_REASON \
+            else "node(s)"
+        out.append(Finding("sim.rejected", f"{len(silent)} {label} not on the "
+                           f"{res.soc.name} HTP: {names}{more}; {silent_note} "
+                           f"(full list in the JSON report)", Severity.ERROR))
+    if res.error and "NHWC format" in res.error:
+        out.append(Finding("sim.nhwc", "the EP's NHWC layout pass inserted a node the HTP then "
+                           "refused; this usually means float (unquantized) weights or ops "
+                           f"on an HTP without FP16. Original error: {res.error}",
+                           Severity.ERROR))
+    if not out:
+        out.append(Finding("sim.prepare", f"prepare for {res.soc.name} failed: {res.error}",
+                           Severity.ERROR))
+    return out

@@ -1,0 +1,219 @@
+"""Quantize a float model the way the HTP wants: QDQ through onnxruntime's QNN
+quantization config, W8A16 by default, the manifest's bitwidths and
+per-channel choice, AIMET encodings applied as tensor overrides.
+
+``Constant``-node weights are folded into initializers first (the quantizer
+leaves them float otherwise) and the count is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from qnn_ci.errors import UserError
+from qnn_ci.results import Finding, Severity
+from qnn_ci.sim.constants import fold_constants
+from qnn_ci.sim.overrides import OverrideSet, overrides_from_encodings
+from qnn_ci.sim.samples import Feeds
+
+log = logging.getLogger(__name__)
+
+_CALIBRATION = {"min-max": "MinMax", "minmax": "MinMax", "entropy": "Entropy",
+                "percentile": "Percentile"}
+
+
+@dataclass(frozen=True)
+class QuantSettings:
+    act_bitwidth: int = 16
+    weights_bitwidth: int = 8
+    bias_bitwidth: int = 32
+    per_channel: bool = False
+    act_calibration: str | None = None
+    percentile: float | None = None
+    overrides: Path | None = None          # AIMET .encodings
+
+    @classmethod
+    def from_spec(cls, q: Any) -> QuantSettings:
+        """From a ``qnn_ci.spec.QuantizationSpec``."""
+        return cls(q.act_bitwidth, q.weights_bitwidth, q.bias_bitwidth, q.per_channel,
+                   q.act_calibration, q.percentile, q.overrides)
+
+
+@dataclass
+class QuantizeResult:
+    model: Path
+    constants_folded: int
+    samples: int
+    findings: list[Finding] = field(default_factory=list)
+    overrides: OverrideSet | None = None
+    opset: int | None = None
+    duration_s: float = 0.0
+
+
+class _Reader:
+    """A CalibrationDataReader over in-memory feeds (duck-typed: get_next)."""
+
+    def __init__(self, samples: Sequence[Feeds]) -> None:
+        self._samples = list(samples)
+        self._it = iter(self._samples)
+
+    def get_next(self) -> Feeds | None:
+        return next(self._it, None)
+
+    def rewind(self) -> None:
+        self._it = iter(self._samples)
+
+
+def _quant_types(s: QuantSettings) -> tuple[Any, Any]:
+    from onnxruntime.quantization import QuantType
+
+    acts = {8: QuantType.QUInt8, 16: QuantType.QUInt16}
+    weights = {4: QuantType.QUInt4, 8: QuantType.QUInt8, 16: QuantType.QUInt16}
+    if s.act_bitwidth not in acts:
+        raise UserError(f"activation bitwidth {s.act_bitwidth} is not supported by the "
+                        "simulator path; use 8 or 16", key="quantization.act_bitwidth")
+    if s.weights_bitwidth not in weights:
+        raise UserError(f"weights bitwidth {s.weights_bitwidth} is not supported by the "
+                        "simulator path; use 4, 8 or 16", key="quantization.weights_bitwidth")
+    return acts[s.act_bitwidth], weights[s.weights_bitwidth]
+
+
+@contextmanager
+def _quantizer_log(path: Path) -> Iterator[None]:
+    """onnxruntime.quantization logs through the root logger (and would set up a
+    stderr handler of its own): send it to ``path`` while quantizing."""
+    root = logging.getLogger()
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+
+
+def _notes(s: QuantSettings) -> list[Finding]:
+    notes: list[Finding] = []
+    if s.bias_bitwidth != 32:
+        notes.append(Finding("sim.quantize.bias", f"bias bitwidth {s.bias_bitwidth} asked; "
+                             "onnxruntime's QDQ quantizer always writes 32-bit biases",
+                             Severity.WARNING))
+    if s.act_calibration and s.act_calibration.lower() not in _CALIBRATION:
+        notes.append(Finding("sim.quantize.calibration",
+                             f"act_calibration {s.act_calibration!r} has no onnxruntime "
+                             "equivalent; min-max used on the simulator path",
+                             Severity.WARNING))
+    return notes
+
+
+def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: QuantSettings,
+                     *, log_path: Path | None = None, fold: bool = True,
+                     preprocess: bool = True) -> QuantizeResult:
+    """Fold Constant weights, run onnxruntime's quantization pre-processing
+    (constant folding, BatchNormalization fused into Conv), then write the QDQ
+    model ``dst``. ``fold``/``preprocess`` False skip those steps (to show what
+    they prevent). Raises UserError for settings the path cannot honour;
+    quantizer failures propagate."""
+    from onnxruntime.quantization import CalibrationMethod, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    if not samples:
+        raise UserError("no calibration samples to quantize with")
+    start = time.monotonic()
+    act_type, weight_type = _quant_types(settings)
+    model = onnx.load(str(src))
+    folded = fold_constants(model) if fold else 0
+    findings = _notes(settings)
+    if folded:
+        findings.append(Finding("sim.constants_folded",
+                                f"{folded} Constant node(s) folded into initializers before "
+                                "quantizing (weights held in Constant nodes stay float in the "
+                                "QDQ quantizer and the HTP then rejects them)", Severity.INFO))
+    overrides: OverrideSet | None = None
+    if settings.overrides is not None:
+        from qnn_ci.sdk.encodings import read_encodings
+
+        overrides = overrides_from_encodings(read_encodings(settings.overrides), model)
+        findings += _override_findings(overrides, settings.overrides)
+    method_name = _CALIBRATION.get((settings.act_calibration or "min-max").lower(), "MinMax")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    stem = dst.name.removesuffix(".onnx").removesuffix(".qdq")
+    folded_path = dst.with_name(f"{stem}.float.onnx")
+    onnx.save(model, str(folded_path))
+    with _quantizer_log(log_path or dst.with_suffix(".quantize.log")):
+        if preprocess:
+            findings += _preprocess(folded_path, model)
+        findings += _unfused_batchnorm(folded_path)
+        config = get_qnn_qdq_config(
+            str(folded_path), _Reader(samples),
+            calibrate_method=getattr(CalibrationMethod, method_name),
+            activation_type=act_type, weight_type=weight_type,
+            per_channel=settings.per_channel,
+            init_overrides=overrides.overrides if overrides and overrides.overrides else None)
+        if method_name == "Percentile" and settings.percentile is not None:
+            config.extra_options["CalibPercentile"] = float(settings.percentile)
+        quantize(str(folded_path), str(dst), config)
+    opset = next((o.version for o in onnx.load(str(dst), load_external_data=False).opset_import
+                  if o.domain in ("", "ai.onnx")), None)
+    return QuantizeResult(dst, folded, len(samples), findings, overrides, opset,
+                          time.monotonic() - start)
+
+
+def _op_count(model: onnx.ModelProto, op_type: str) -> int:
+    return sum(n.op_type == op_type for n in model.graph.node)
+
+
+def _preprocess(path: Path, before: onnx.ModelProto) -> list[Finding]:
+    """onnxruntime's quant_pre_process in place (onnx shape inference + basic graph
+    optimizations; symbolic shape inference is skipped: shapes are static here)."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    tmp = path.with_name(path.name.removesuffix(".onnx") + ".pre.onnx")
+    try:
+        quant_pre_process(str(path), str(tmp), skip_symbolic_shape=True)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        tmp.unlink(missing_ok=True)
+        return [Finding("sim.preprocess", f"onnxruntime's quantization pre-processing failed "
+                        f"({first}); quantizing the model as it is", Severity.WARNING)]
+    tmp.replace(path)
+    after = onnx.load(str(path), load_external_data=False)
+    fused = _op_count(before, "BatchNormalization") - _op_count(after, "BatchNormalization")
+    text = (f"onnxruntime's quantization pre-processing applied (constant folding, fusions; "
+            f"{len(before.graph.node)} -> {len(after.graph.node)} nodes")
+    if fused > 0:
+        text += f", {fused} BatchNormalization fused into Conv"
+    return [Finding("sim.preprocess", text + ")", Severity.INFO)]
+
+
+def _unfused_batchnorm(path: Path) -> list[Finding]:
+    n = _op_count(onnx.load(str(path), load_external_data=False), "BatchNormalization")
+    if not n:
+        return []
+    return [Finding("sim.batchnorm", f"{n} BatchNormalization node(s) left unfused: quantized "
+                    "on their own they were seen to compute wrong results on the HTP "
+                    "simulator (the PP-OCR classifier: cosine 0.17 unfused, 1.0 fused); fold "
+                    "them into the preceding Conv", Severity.WARNING)]
+
+
+def _override_findings(o: OverrideSet, path: Path) -> list[Finding]:
+    out = [Finding("sim.overrides", f"{len(o.applied)} AIMET encoding(s) from {path.name} "
+                   "applied as tensor overrides", Severity.INFO)]
+    if o.unknown:
+        shown = ", ".join(o.unknown[:5]) + (" ..." if len(o.unknown) > 5 else "")
+        out.append(Finding("sim.overrides.unknown", f"{len(o.unknown)} encoding(s) name tensors "
+                           f"the model does not have (ignored): {shown}", Severity.WARNING))
+    for name, why in o.skipped.items():
+        if not why.startswith("32-bit"):
+            out.append(Finding("sim.overrides.skipped", f"{name}: not applied ({why})",
+                               Severity.WARNING, subject=name))
+    return out

@@ -1,0 +1,99 @@
+"""Feeds for the simulator: samples read from an input list, or random ones
+(only where the caller says so plainly: prepare checks without calibration data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from qnn_ci.calibration.input_list import read_input_list, read_raw
+from qnn_ci.errors import UserError
+from qnn_ci.onnx_io import graph_inputs
+
+Feeds = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class InputMeta:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def inputs_of(model: onnx.ModelProto, *, source: Path | None = None) -> list[InputMeta]:
+    """Graph inputs with their static shapes; a dynamic input is a UserError
+    pointing at the static-shape step."""
+    metas: list[InputMeta] = []
+    for io in graph_inputs(model):
+        shape = io.static_shape
+        if shape is None:
+            dims = ",".join(str(d if d is not None else "?") for d in io.dims or ())
+            raise UserError(f"input {io.name!r} has dynamic dims [{dims}]: pin it first "
+                            f"(qnn-ci shapes / the static_shapes stage, or --dim "
+                            f"{io.name}=d0,d1,...)", file=source)
+        metas.append(InputMeta(io.name, io.dtype, shape))
+    return metas
+
+
+def inputs_from_data(data: dict[str, dict[str, object]]) -> list[InputMeta]:
+    """The calibration stage's ``data["inputs"]``: {name: {"dtype", "shape"}}."""
+    return [InputMeta(n, str(d["dtype"]), tuple(int(x) for x in d["shape"]))  # type: ignore[attr-defined]
+            for n, d in data.items()]
+
+
+def load_samples(input_list: Path, inputs: list[InputMeta], *,
+                 limit: int | None = None) -> list[Feeds]:
+    """The first ``limit`` samples of an input list as arrays; a missing or
+    wrongly sized raw file is a UserError naming it."""
+    by_name = {m.name: m for m in inputs}
+    lines = read_input_list(input_list, [m.name for m in inputs])
+    if limit is not None:
+        lines = lines[:limit]
+    samples: list[Feeds] = []
+    for number, line in enumerate(lines, start=1):
+        missing = sorted(set(by_name) - set(line))
+        if missing:
+            raise UserError(f"sample {number} has no entry for input(s) {', '.join(missing)}",
+                            file=input_list)
+        feeds: Feeds = {}
+        for name, path in line.items():
+            meta = by_name.get(name)
+            if meta is None:
+                raise UserError(f"sample {number} names {name!r}, which is not a graph input "
+                                f"({', '.join(by_name)})", file=input_list)
+            want = int(np.prod(meta.shape)) * np.dtype(meta.dtype).itemsize
+            try:
+                size = path.stat().st_size
+            except OSError:
+                raise UserError(f"sample {number}: raw file not found: {path}",
+                                file=input_list) from None
+            if size != want:
+                raise UserError(f"sample {number}: {path} has {size} bytes, input {name!r} "
+                                f"needs {want} ({meta.dtype} {list(meta.shape)})",
+                                file=input_list)
+            feeds[name] = read_raw(path, meta.dtype, meta.shape)
+        samples.append(feeds)
+    if not samples:
+        raise UserError("the input list has no samples", file=input_list)
+    return samples
+
+
+def random_samples(inputs: list[InputMeta], count: int, *, seed: int = 0) -> list[Feeds]:
+    """Uniform [0, 1) floats, small non-negative integers, random booleans."""
+    rng = np.random.default_rng(seed)
+    out: list[Feeds] = []
+    for _ in range(count):
+        feeds: Feeds = {}
+        for m in inputs:
+            dt = np.dtype(m.dtype)
+            if dt.kind == "f":
+                feeds[m.name] = rng.random(m.shape, dtype=np.float32).astype(dt)
+            elif dt.kind == "b":
+                feeds[m.name] = rng.random(m.shape) < 0.5
+            else:
+                feeds[m.name] = rng.integers(0, 4, m.shape).astype(dt)
+        out.append(feeds)
+    return out

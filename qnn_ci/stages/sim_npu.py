@@ -1,0 +1,96 @@
+"""Stage `sim_npu`: will the export run on the target SoC's HTP? Quantize the
+pinned model with the export's calibration data (QDQ, the manifest's
+bitwidths), prepare it on onnxruntime-qnn's HTP graph preparer for the SoC's
+numeric id with CPU fallback disabled, read the SoC/arch back from the context
+binary, and audit the QNN graph for FP16. No board, no SDK."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.cache import file_digest
+from qnn_ci.results import Severity, StageResult, Status
+from qnn_ci.sim.availability import sim_unavailable, versions
+from qnn_ci.spec import ExportSpec
+from qnn_ci.stage import Environment, Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+
+class SimNpuStage(Stage):
+    name = "sim_npu"
+    needs = ("static_shapes", "calibration")
+    marker = "qnn_sim"
+    version = 1
+
+    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
+        reason = sim_unavailable()
+        if reason:
+            return reason
+        if not export.target.soc:
+            return "no target.soc in the manifest: the simulator prepares for one SoC"
+        return None
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        fp: dict[str, Any] = {"versions": versions()}
+        overrides = ctx.export.quantization.overrides
+        if overrides is not None and Path(overrides).is_file():
+            fp["overrides"] = file_digest(Path(overrides))
+        return fp
+
+    def run(self, ctx: StageContext) -> StageResult:
+        from qnn_ci.sim.check import check_htp
+        from qnn_ci.sim.ep import sim_target
+        from qnn_ci.sim.quantize import QuantSettings
+        from qnn_ci.sim.samples import inputs_from_data, load_samples
+
+        export = ctx.export
+        soc = sim_target(export.target.soc, file=export.manifest, line=export.line,
+                         key="target.soc")
+        model = Path(ctx.upstream["static_shapes"].artefacts["model"])
+        cal = ctx.upstream["calibration"]
+        samples = load_samples(Path(cal.artefacts["input_list"]),
+                               inputs_from_data(cal.data["inputs"]))
+        report = check_htp(model, ctx.workdir, soc, samples,
+                           QuantSettings.from_spec(export.quantization))
+        report_path = ctx.workdir / "sim_npu.json"
+        report_path.write_text(json.dumps(report.to_dict(), indent=2), "utf-8")
+        p, q = report.prepare, report.quantize
+        artefacts = {"report": str(report_path)}
+        if q is not None:
+            artefacts["qdq_model"] = str(q.model)
+        if p is not None:
+            artefacts["ep_log"] = str(p.ep_log)
+            for key, path in (("ctx_model", p.ctx_model), ("ctx_binary", p.ctx_binary),
+                              ("qnn_json", p.qnn_json[0] if p.qnn_json else None),
+                              ("op_trace", p.op_trace)):
+                if path is not None:
+                    artefacts[key] = str(path)
+        properties: dict[str, Any] = {
+            "soc": soc.name, "arch": soc.arch_name, "sim_soc_id": soc.sim_soc_id,
+            "nodes_on_htp": p.nodes_on_htp if p else None,
+            "nodes_total": p.nodes_total if p else None,
+            "constants_folded": q.constants_folded if q else None,
+            "durations": {k: round(v, 3) for k, v in report.durations.items()},
+        }
+        if p is not None and p.context is not None:
+            properties["binary_soc_type"] = p.context.soc_type
+            properties["binary_arch"] = p.context.arch
+        if p is not None and p.rejected:
+            properties["rejected_nodes"] = len(p.rejected)
+        findings = report.findings
+        status = Status.PASSED if report.passed else Status.FAILED
+        summary = report.summary_line()
+        folded = q.constants_folded if q else 0
+        if folded:
+            summary += f"; {folded} Constant weight(s) folded first"
+        warn = sum(f.severity == Severity.WARNING for f in findings)
+        if warn:
+            summary += f"; {warn} warning(s)"
+        return StageResult(self.name, status, summary, findings=findings,
+                           properties=properties, artefacts=artefacts,
+                           data={"soc": soc.name, "float_model": str(model),
+                                 "report": report.to_dict()})

@@ -1,0 +1,81 @@
+"""Stage `sim_numerics`: run the graph `sim_npu` prepared on the HTP simulator
+for a few held-out samples and compare with fp32 onnxruntime CPU, with the
+same metrics, thresholds and messages as the board comparison. The simulator
+is slow, so the count is capped (manifest `sim.samples`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.sim.availability import sim_unavailable, versions
+from qnn_ci.spec import ExportSpec
+from qnn_ci.stage import Environment, Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+
+class SimNumericsStage(Stage):
+    name = "sim_numerics"
+    needs = ("sim_npu", "calibration")
+    marker = "qnn_sim"
+    version = 1
+
+    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
+        reason = sim_unavailable()
+        if reason:
+            return reason
+        if not export.target.soc:
+            return "no target.soc in the manifest: the simulator prepares for one SoC"
+        return None
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        return {"versions": versions()}
+
+    def run(self, ctx: StageContext) -> StageResult:
+        from qnn_ci.sim.ep import sim_target
+        from qnn_ci.sim.numerics import simulate_and_compare
+        from qnn_ci.sim.samples import inputs_from_data, load_samples
+
+        export = ctx.export
+        soc = sim_target(export.target.soc, file=export.manifest, line=export.line,
+                         key="target.soc")
+        npu, cal = ctx.upstream["sim_npu"], ctx.upstream["calibration"]
+        findings: list[Finding] = []
+        held = cal.artefacts.get("held_out_list")
+        if held:
+            source, which = Path(held), "held-out"
+        else:
+            source, which = Path(cal.artefacts["input_list"]), "calibration"
+            findings.append(Finding(
+                "sim.no_held_out", "no held-out samples: compared on calibration samples, "
+                "which flatters the quantized model (keep some back: calibration.held_out)",
+                Severity.WARNING))
+        cap = max(1, export.sim.samples)
+        samples = load_samples(source, inputs_from_data(cal.data["inputs"]), limit=cap)
+        qdq = npu.artefacts.get("qdq_model")
+        result = simulate_and_compare(
+            Path(npu.data["float_model"]), Path(qdq) if qdq else None,
+            Path(npu.artefacts["ctx_model"]), soc, samples, export.thresholds, ctx.workdir)
+        findings += result.findings
+        report_path = ctx.workdir / "sim_numerics.json"
+        report_path.write_text(json.dumps(result.to_dict(), indent=2, default=str), "utf-8")
+        status = Status.PASSED if result.passed and not any(
+            f.severity == Severity.ERROR for f in findings) else Status.FAILED
+        summary = (f"{soc.name} simulator vs fp32 CPU on {result.samples} {which} sample(s): "
+                   f"{result.comparison.summary_line()}")
+        properties: dict[str, Any] = {
+            "soc": soc.name, "samples": result.samples, "sample_source": which,
+            "sim_s_per_inference": round(result.sim_s_per_inference, 3),
+            "cpu_s_per_inference": round(result.cpu_s_per_inference, 4),
+        }
+        artefacts = {"report": str(report_path), "reference": str(result.reference_dir),
+                     "sim_outputs": str(result.sim_dir)}
+        if result.qdq_cpu_dir is not None:
+            artefacts["qdq_cpu_outputs"] = str(result.qdq_cpu_dir)
+        return StageResult(self.name, status, summary, findings=findings,
+                           properties=properties, artefacts=artefacts,
+                           data={"comparison": result.comparison.to_dict()})
