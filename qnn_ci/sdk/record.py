@@ -270,7 +270,7 @@ def parse_record_text(text: str, *, source: str | None = None) -> ConverterRecor
                                        for v in values[1:]):
             conflicts.append(AliasConflict(canon, dict(spellings)))
     for c in conflicts:
-        log.warning("%s", c.message())
+        log.info("%s", c.message())
     return ConverterRecord(tool=tool, sdk_version=None, args=args, raw_args=raw_args,
                            conflicts=conflicts, era=era, raw=raw, source=source,
                            problems=problems)
