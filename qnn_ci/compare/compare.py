@@ -1,0 +1,208 @@
+"""Compare two output sets sample by sample and judge them against thresholds."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from qnn_ci.compare.metrics import DEFAULT_CHUNK, OutputMetrics, compute_metrics, json_float
+from qnn_ci.compare.outputs import ArraySource, OutputSet, pair_outputs, pair_samples
+from qnn_ci.compare.thresholds import MIN_METRICS, evaluate, failed_metrics, resolve_bounds
+from qnn_ci.results import Finding, Severity
+from qnn_ci.spec import Thresholds
+
+log = logging.getLogger(__name__)
+
+Expected = Mapping[str, tuple[str | np.dtype | None, tuple[int, ...] | None]]
+
+
+@dataclass
+class SampleResult:
+    output: str
+    sample: int
+    metrics: OutputMetrics | None          # None: not compared (missing / short)
+    findings: list[Finding] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)     # metrics out of bounds
+
+    @property
+    def verdict(self) -> str:
+        errors = [f for f in self.findings if f.severity == Severity.ERROR]
+        if not errors:
+            return "ok"
+        checks = list(self.failed)
+        for f in errors:
+            word = f.check.split(".", 1)[1]
+            if f.check != "compare.threshold" and word not in checks:
+                checks.append(word)
+        return "FAIL " + ",".join(checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sample": self.sample, "verdict": self.verdict,
+                "metrics": self.metrics.to_dict() if self.metrics else None}
+
+
+@dataclass
+class OutputResult:
+    name: str                              # the reference's key (or the expected name)
+    test_key: str
+    bounds: dict[str, float]
+    samples: list[SampleResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "test_key": self.test_key, "bounds": self.bounds,
+                "samples": [s.to_dict() for s in self.samples]}
+
+
+@dataclass
+class Comparison:
+    reference: str
+    test: str
+    outputs: list[OutputResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)   # every finding, in order
+
+    @property
+    def passed(self) -> bool:
+        return not any(f.severity == Severity.ERROR for f in self.findings)
+
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == Severity.ERROR]
+
+    def worst(self, metric: str = "cosine") -> tuple[float, str, int] | None:
+        """(value, output, sample) of the worst ``metric`` over every compared sample."""
+        best: tuple[float, str, int] | None = None
+        for out in self.outputs:
+            for s in out.samples:
+                v = s.metrics.value(metric) if s.metrics else None
+                if v is None:
+                    continue
+                if best is None or _worse(metric, v, best[0]):
+                    best = (v, out.name, s.sample)
+        return best
+
+    def summary_line(self) -> str:
+        n_errors = len(self.errors())
+        tail = f"; {n_errors} error{'s' if n_errors != 1 else ''}" if n_errors else ""
+        for metric in ("cosine", "snr", "max_abs"):
+            w = self.worst(metric)
+            if w is not None:
+                value = f"{w[0]:.6f}" if metric == "cosine" else f"{w[0]:.4g}"
+                return f"worst {metric} {value} ({w[1]}, sample {w[2]}){tail}"
+        return f"nothing compared{tail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "passed": self.passed, "summary": self.summary_line(),
+            "reference": self.reference, "test": self.test,
+            "outputs": [o.to_dict() for o in self.outputs],
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        for out in d["outputs"]:
+            out["bounds"] = {k: json_float(v) for k, v in out["bounds"].items()}
+        return d
+
+
+def _worse(metric: str, a: float, b: float) -> bool:
+    if math.isnan(a):
+        return not math.isnan(b)
+    return a < b if metric in MIN_METRICS else a > b
+
+
+def size_findings(label: str, output: str, ref: ArraySource, test: ArraySource,
+                  shape: tuple[int, ...] | None) -> list[Finding]:
+    """compare.missing / compare.short findings that stop a pair being compared."""
+    out: list[Finding] = []
+    for side, src in (("reference", ref), ("test", test)):
+        if src.dtype is None:
+            out.append(Finding("compare.missing", f"{label}: {src.path} is a native file of "
+                               "unknown dtype and no float .raw sits beside it; give its "
+                               "dtype (--dtype uint8, or the export's output dtype)",
+                               subject=output))
+        elif problem := src.size_problem():
+            out.append(Finding("compare.short", f"{label}: {side} {problem}", subject=output))
+    if out:
+        return out
+    if shape is not None:
+        want = math.prod(shape)
+        for side, src in (("reference", ref), ("test", test)):
+            if src.count != want:
+                word = "short" if src.count < want else "long"
+                out.append(Finding("compare.short", f"{label}: {side} {src.path} has "
+                                   f"{src.count} elements, expected {want} (shape "
+                                   f"{list(shape)}): {word}", subject=output))
+        return out
+    if ref.count != test.count:
+        shorter = "test" if test.count < ref.count else "reference"
+        out.append(Finding("compare.short", f"{label}: {shorter} is shorter: test {test.path} "
+                           f"has {test.count} elements, reference {ref.path} {ref.count}",
+                           subject=output))
+    return out
+
+
+def _expected_for(expected: Expected | None, *names: str) -> tuple[Any, tuple[int, ...] | None]:
+    if not expected:
+        return None, None
+    for n in names:
+        if n in expected:
+            dtype, shape = expected[n]
+            return dtype, (tuple(shape) if shape is not None else None)
+    return None, None
+
+
+def compare_sets(reference: OutputSet, test: OutputSet, thresholds: Thresholds | None = None,
+                 *, expected: Expected | None = None,
+                 chunk: int = DEFAULT_CHUNK) -> Comparison:
+    """Compare every output of ``test`` with ``reference``, sample by sample.
+
+    ``expected``: output name -> (dtype, shape): the dtype applies to ``.raw``
+    files (``.npy`` carry their own), the shape's element count is checked.
+    Raises UserError when a per-output threshold names no output.
+    """
+    thresholds = thresholds or Thresholds()
+    comp = Comparison(str(reference.root), str(test.root))
+    comp.findings += reference.findings + test.findings
+    pairs, found = pair_outputs(reference, test)
+    comp.findings += found
+    samples, found = pair_samples(reference, test)
+    comp.findings += found
+    bounds = resolve_bounds(thresholds, [r for r, _ in pairs])
+    for rkey, tkey in pairs:
+        result = OutputResult(rkey, tkey, bounds[rkey])
+        comp.outputs.append(result)
+        dtype, shape = _expected_for(expected, rkey, tkey)
+        for rs, ts in samples:
+            result.samples.append(_compare_one(reference, test, rkey, tkey, rs, ts,
+                                               dtype, shape, chunk))
+        compared = [s.metrics for s in result.samples if s.metrics is not None]
+        for s in result.samples:
+            if s.metrics is not None:
+                s.findings += evaluate(rkey, s.sample, s.metrics, result.bounds,
+                                       across=compared)
+                s.failed = failed_metrics(s.metrics, result.bounds)
+            comp.findings += s.findings
+    log.info("compare %s vs %s: %s", reference.root, test.root, comp.summary_line())
+    return comp
+
+
+def _compare_one(reference: OutputSet, test: OutputSet, rkey: str, tkey: str, rs: int,
+                 ts: int, dtype: Any, shape: tuple[int, ...] | None,
+                 chunk: int) -> SampleResult:
+    label = f"{rkey} sample {rs}"
+    result = SampleResult(rkey, rs, None)
+    rsrc, tsrc = reference.source(rkey, rs), test.source(tkey, ts)
+    if rsrc is None or tsrc is None:
+        side, root = ("reference", reference.root) if rsrc is None else ("test", test.root)
+        result.findings.append(Finding("compare.missing", f"{label}: {side} {root} has no "
+                                       f"file for it in sample {rs if rsrc is None else ts}",
+                                       subject=rkey))
+        return result
+    rsrc, tsrc = rsrc.with_dtype(dtype), tsrc.with_dtype(dtype)
+    result.findings += size_findings(label, rkey, rsrc, tsrc, shape)
+    if result.findings:
+        return result
+    result.metrics = compute_metrics(rsrc.open(), tsrc.open(), chunk=chunk)
+    return result
