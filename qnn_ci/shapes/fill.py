@@ -60,7 +60,7 @@ class _Prober:
         """Run with ``names`` exposed; the value of every graph output, by name."""
         self.sessions += 1
         with _exposed(self.model, names):
-            session = self.scratch.session(self.model, f"fill{self.sessions}", optimize=False)
+            session = self.scratch.session(self.model, "fill", optimize=False)
         out_names = [o.name for o in session.get_outputs()]
         values = session.run(out_names, self.feeds)
         del session

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 import onnx
-from onnx import defs, version_converter
+from onnx import defs, helper, version_converter
 
 from qnn_ci.errors import UserError
 
@@ -50,5 +50,8 @@ def convert(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
             setattr(out, attr, getattr(model, attr))
     if not out.model_version and model.model_version:
         out.model_version = model.model_version
+    # e.g. opset 17 needs IR 8: a converted IR-7 model would fail onnx.checker
+    needed = helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
+    out.ir_version = max(out.ir_version, needed)
     log.info("converted opset %s -> %d", default_opset(model), opset)
     return out

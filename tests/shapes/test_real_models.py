@@ -191,3 +191,5 @@ def test_cls_opset_conversion_verified(cls_model: Path, tmp_path: Path) -> None:
     assert report.ok
     written = onnx.load(report.output_model)
     assert [o.version for o in written.opset_import if o.domain in ("", "ai.onnx")] == [17]
+    assert written.ir_version >= 8      # opset 17 needs IR 8; cls was IR 7
+    onnx.checker.check_model(written)
