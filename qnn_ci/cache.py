@@ -53,13 +53,18 @@ class ResultStore:
 
     FILE = "result.json"
 
-    def load(self, stage_dir: Path, key: str) -> StageResult | None:
+    def load(self, stage_dir: Path, key: str, *, run_token: str | None = None
+             ) -> StageResult | None:
+        """The stored result if its key matches; with ``run_token``, only one made by
+        that run (``--qnn-no-cache`` under xdist: computed once per run, not reused)."""
         path = stage_dir / self.FILE
         try:
             payload = json.loads(path.read_text("utf-8"))
         except (OSError, ValueError):
             return None
         if payload.get("key") != key:
+            return None
+        if run_token is not None and payload.get("run_token") != run_token:
             return None
         result = StageResult.from_dict(payload["result"])
         missing = [p for p in result.artefacts.values() if not Path(p).exists()]
@@ -68,9 +73,10 @@ class ResultStore:
         result.cached = True
         return result
 
-    def save(self, stage_dir: Path, key: str, result: StageResult) -> None:
+    def save(self, stage_dir: Path, key: str, result: StageResult, *,
+             run_token: str = "") -> None:
         path = stage_dir / self.FILE
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key, "result": result.to_dict()}, indent=1,
-                                  default=str), "utf-8")
+        payload = {"key": key, "run_token": run_token, "result": result.to_dict()}
+        tmp.write_text(json.dumps(payload, indent=1, default=str), "utf-8")
         os.replace(tmp, path)

@@ -144,13 +144,14 @@ class Pipeline:
             "export": export, "fingerprint": fingerprint,
             "upstream": {n: self._keys.get((export_name, n)) for n in upstream},
             "peers": {p: {n: self._keys.get((p, n)) for n in r} for p, r in peer_results.items()},
-            "token": "" if self.env.use_cache else self.env.run_token,
         })
         self._keys[(export_name, stage_name)] = cache_key
         stage_dir.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(stage_dir.parent / f".{stage_name}.lock")):
             if self.env.use_cache or self.env.run_token:
-                cached = self.store.load(stage_dir, cache_key)
+                cached = self.store.load(
+                    stage_dir, cache_key,
+                    run_token=None if self.env.use_cache else self.env.run_token)
                 if cached is not None:
                     log.info("%s::%s: cached (%s)", export_name, stage_name, cached.status)
                     return cached
@@ -164,7 +165,7 @@ class Pipeline:
             result.properties.setdefault("duration_s", result.duration_s)
             if result.status == Status.PASSED or (
                     result.status == Status.FAILED and stage.cache_failures):
-                self.store.save(stage_dir, cache_key, result)
+                self.store.save(stage_dir, cache_key, result, run_token=self.env.run_token)
             return result
 
     def _error(self, stage_name: str, exc: UserError) -> StageResult:

@@ -173,7 +173,8 @@ class StageItem(pytest.Item):
         result = self.pipeline.result(self.export.name, self.name)
         self._record(result)
         if result.status == Status.SKIPPED:
-            pytest.skip(result.summary)
+            # Reported at the item's location (the manifest line), not this file.
+            raise pytest.skip.Exception(result.summary, _use_item_location=True)
         if result.status in (Status.FAILED, Status.ERROR):
             raise QnnFailure(result.failure_text() or result.summary)
 
@@ -193,7 +194,12 @@ class StageItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
         if isinstance(excinfo.value, QnnFailure):
-            return f"{self.export.name}::{self.name} failed\n{excinfo.value}"
+            try:
+                where = self.path.relative_to(self.config.rootpath)
+            except ValueError:
+                where = self.path
+            return (f"{where}:{self.export.line}: {self.export.name}::{self.name} failed\n"
+                    f"{excinfo.value}")
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

@@ -58,7 +58,8 @@ class StageResult:
 
     def failure_text(self) -> str:
         lines = [self.summary] if self.summary else []
-        lines += [f"- [{f.check}] {f.message}" for f in self.errors()]
+        lines += [f"- [{f.check}] {f.message}" for f in self.errors()
+                  if f.message not in self.summary]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
