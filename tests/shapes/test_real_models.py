@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from qnn_ci.shapes import ShapeReport, analyse_and_pin
-from qnn_ci.shapes.report import MINUS_ONE, STATIC, SYMBOLIC
+from qnn_ci.shapes.report import MINUS_ONE, STATIC, SYMBOLIC, UNKNOWN
 
 
 def _analyse(model: Path, dims: dict[str, tuple[int, ...]], out: Path | None, *,
@@ -59,6 +59,15 @@ def test_cls_declared_minus_one_output_is_pinned(cls_report: ShapeReport) -> Non
     written = onnx.load(cls_report.output_model)
     dims = [d.dim_value for d in written.graph.output[0].type.tensor_type.shape.dim]
     assert dims == [1, 2]
+
+
+def test_cls_declared_minus_one_dropped_before_inference(cls_model: Path) -> None:
+    # Without the fill, inference cannot size the Reshape tail; the output's stale
+    # -1 must still be gone (unknown), not carried into the pinned model.
+    report = _analyse(cls_model, {"x": (1, 3, 48, 192)}, None, fill=False)
+    (out,) = report.outputs
+    assert _kinds(out.pinned) == [UNKNOWN, STATIC]
+    assert not report.static
 
 
 def test_cls_unshaped_tail_filled_from_onnxruntime(cls_report: ShapeReport) -> None:

@@ -74,12 +74,17 @@ def test_subgraph_tensors_dynamic_are_listed_by_graph_and_producer(tmp_path: Pat
 
 def test_drop_stale_shapes_reaches_subgraphs() -> None:
     model = _if_model()
-    model.graph.node[2].attribute[0].g.value_info.append(tensor("nz", [2, "old"]))
+    then_g = model.graph.node[2].attribute[0].g
+    then_g.value_info.append(tensor("nz", [2, "old"]))
+    then_g.output[0].CopyFrom(tensor("t_out", [2, "old"]))
     model.graph.value_info.append(tensor("s", []))
+    model.graph.output[0].CopyFrom(tensor("Y", [-1, 8]))
     assert drop_stale_shapes(model) == 2
-    then_out = model.graph.node[2].attribute[0].g.output[0]
-    assert not then_out.type.tensor_type.HasField("shape") or \
-        all(not d.HasField("dim_param") for d in then_out.type.tensor_type.shape.dim)
+    assert len(then_g.value_info) == 0 and len(model.graph.value_info) == 0
+    then_dims = then_g.output[0].type.tensor_type.shape.dim
+    assert [d.WhichOneof("value") for d in then_dims] == ["dim_value", None]
+    out_dims = model.graph.output[0].type.tensor_type.shape.dim
+    assert [d.WhichOneof("value") for d in out_dims] == [None, "dim_value"]
 
 
 # ---------------------------------------------------------------- stale value_info
