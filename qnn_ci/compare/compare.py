@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 
 from qnn_ci.compare.metrics import DEFAULT_CHUNK, OutputMetrics, compute_metrics, json_float
-from qnn_ci.compare.outputs import ArraySource, OutputSet, pair_outputs, pair_samples
+from qnn_ci.compare.outputs import (
+    ArraySource,
+    OutputSet,
+    match_names,
+    pair_outputs,
+    pair_samples,
+)
 from qnn_ci.compare.thresholds import MIN_METRICS, evaluate, failed_metrics, resolve_bounds
 from qnn_ci.results import Finding, Severity
 from qnn_ci.spec import Thresholds
@@ -143,14 +149,21 @@ def size_findings(label: str, output: str, ref: ArraySource, test: ArraySource,
     return out
 
 
-def _expected_for(expected: Expected | None, *names: str) -> tuple[Any, tuple[int, ...] | None]:
+def _expected_by_key(expected: Expected | None, keys: list[str]) -> dict[str, tuple[Any, Any]]:
+    """``expected`` re-keyed by file key; its names may be graph or sanitised names."""
     if not expected:
-        return None, None
-    for n in names:
-        if n in expected:
-            dtype, shape = expected[n]
-            return dtype, (tuple(shape) if shape is not None else None)
-    return None, None
+        return {}
+    found = {name: name for name in expected if name in keys}
+    rest = [k for k in keys if k not in found.values()]
+    found |= match_names([n for n in expected if n not in found], rest)
+    out = {}
+    for name, key in found.items():
+        dtype, shape = expected[name]
+        out[key] = (dtype, tuple(shape) if shape is not None else None)
+    for name in expected:
+        if name not in found:
+            log.info("expected output %r matches no compared output", name)
+    return out
 
 
 def compare_sets(reference: OutputSet, test: OutputSet, thresholds: Thresholds | None = None,
@@ -170,10 +183,11 @@ def compare_sets(reference: OutputSet, test: OutputSet, thresholds: Thresholds |
     samples, found = pair_samples(reference, test)
     comp.findings += found
     bounds = resolve_bounds(thresholds, [r for r, _ in pairs])
+    wanted = _expected_by_key(expected, [r for r, _ in pairs])
     for rkey, tkey in pairs:
         result = OutputResult(rkey, tkey, bounds[rkey])
         comp.outputs.append(result)
-        dtype, shape = _expected_for(expected, rkey, tkey)
+        dtype, shape = wanted.get(rkey, (None, None))
         for rs, ts in samples:
             result.samples.append(_compare_one(reference, test, rkey, tkey, rs, ts,
                                                dtype, shape, chunk))

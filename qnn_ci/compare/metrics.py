@@ -229,7 +229,8 @@ class MetricsAccumulator:
         if m == 0:
             return
         with np.errstate(over="ignore", invalid="ignore"):
-            self._fold(rs, ts, np.empty(m), float(rs @ rs), float(ts @ ts), len(rs))
+            # first=m: _fold takes no sample here; the finite picks are added below.
+            self._fold(rs, ts, np.empty(m), float(rs @ rs), float(ts @ ts), first=m)
         if len(picked):
             self._samples.append(np.abs(t[picked] - r[picked]).astype(np.float32))
 

@@ -113,6 +113,14 @@ def test_native_only_output_needs_a_dtype(tmp_path, rng):
     assert comp.passed and comp.outputs[0].samples[0].metrics.max_abs == 0.0
 
 
+def test_expected_may_use_graph_names(tmp_path, rng):
+    v = rng.standard_normal(6)
+    a = make_net_run(tmp_path / "a", {"_head_out": [v]})
+    comp = compare_sets(load_output_set(a), load_output_set(a),
+                        expected={"/head/out": ("float32", (2, 4))})
+    assert [f.check for f in comp.errors()] == ["compare.short", "compare.short"]
+
+
 def test_two_single_samples_pair_whatever_their_numbers(tmp_path, rng):
     v = rng.standard_normal(8)
     a = make_net_run(tmp_path / "a", {"y": [v] * 3})
