@@ -62,8 +62,10 @@ def _one(enc: Any) -> tuple[dict[str, Any] | None, str]:
     qt = _quant_type(bitwidth, zero_point)
     if qt is None:
         return None, f"{bitwidth}-bit encoding with offset {offset} has no QDQ type"
+    from onnxruntime.quantization.quant_utils import ONNX_TYPE_TO_NP_TYPE
+
     return {"quant_type": qt, "scale": np.array(scale, dtype=np.float32),
-            "zero_point": zero_point}, ""
+            "zero_point": np.array(zero_point, dtype=ONNX_TYPE_TO_NP_TYPE[qt.tensor_type])}, ""
 
 
 def _tensor_names(model: onnx.ModelProto) -> tuple[set[str], set[str]]:

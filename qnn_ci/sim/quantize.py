@@ -2,8 +2,9 @@
 quantization config, W8A16 by default, the manifest's bitwidths and
 per-channel choice, AIMET encodings applied as tensor overrides.
 
-``Constant``-node weights are folded into initializers first (the quantizer
-leaves them float otherwise) and the count is reported.
+Two rewrites come first, each reported with its count: ``Constant``-node
+weights become initializers (the quantizer leaves them float otherwise), and
+BatchNormalization is folded into the convolution before it (see ``fusion``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import onnx
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.constants import fold_constants
+from qnn_ci.sim.fusion import fuse_batchnorm
 from qnn_ci.sim.overrides import OverrideSet, overrides_from_encodings
 from qnn_ci.sim.samples import Feeds
 
@@ -117,12 +119,12 @@ def _notes(s: QuantSettings) -> list[Finding]:
 
 def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: QuantSettings,
                      *, log_path: Path | None = None, fold: bool = True,
-                     preprocess: bool = True) -> QuantizeResult:
-    """Fold Constant weights, run onnxruntime's quantization pre-processing
-    (constant folding, BatchNormalization fused into Conv), then write the QDQ
-    model ``dst``. ``fold``/``preprocess`` False skip those steps (to show what
-    they prevent). Raises UserError for settings the path cannot honour;
-    quantizer failures propagate."""
+                     fuse: bool = True) -> QuantizeResult:
+    """Fold Constant weights into initializers, fold BatchNormalization into the
+    convolution before it, then write the QDQ model ``dst`` (and the float model
+    it came from, ``<stem>.float.onnx``). ``fold``/``fuse`` False skip those
+    steps (to show what they prevent). Raises UserError for settings the path
+    cannot honour; quantizer failures propagate."""
     from onnxruntime.quantization import CalibrationMethod, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
@@ -132,12 +134,18 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
     act_type, weight_type = _quant_types(settings)
     model = onnx.load(str(src))
     folded = fold_constants(model) if fold else 0
+    fused = fuse_batchnorm(model) if fuse else 0
     findings = _notes(settings)
     if folded:
         findings.append(Finding("sim.constants_folded",
                                 f"{folded} Constant node(s) folded into initializers before "
                                 "quantizing (weights held in Constant nodes stay float in the "
                                 "QDQ quantizer and the HTP then rejects them)", Severity.INFO))
+    if fused:
+        findings.append(Finding("sim.batchnorm_fused", f"{fused} BatchNormalization node(s) "
+                                "folded into the convolution before them (as the QNN converter "
+                                "does)", Severity.INFO))
+    findings += _unfused_batchnorm(model)
     overrides: OverrideSet | None = None
     if settings.overrides is not None:
         from qnn_ci.sdk.encodings import read_encodings
@@ -150,9 +158,6 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
     folded_path = dst.with_name(f"{stem}.float.onnx")
     onnx.save(model, str(folded_path))
     with _quantizer_log(log_path or dst.with_suffix(".quantize.log")):
-        if preprocess:
-            findings += _preprocess(folded_path, model)
-        findings += _unfused_batchnorm(folded_path)
         config = get_qnn_qdq_config(
             str(folded_path), _Reader(samples),
             calibrate_method=getattr(CalibrationMethod, method_name),
@@ -168,35 +173,8 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
                           time.monotonic() - start)
 
 
-def _op_count(model: onnx.ModelProto, op_type: str) -> int:
-    return sum(n.op_type == op_type for n in model.graph.node)
-
-
-def _preprocess(path: Path, before: onnx.ModelProto) -> list[Finding]:
-    """onnxruntime's quant_pre_process in place (onnx shape inference + basic graph
-    optimizations; symbolic shape inference is skipped: shapes are static here)."""
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    tmp = path.with_name(path.name.removesuffix(".onnx") + ".pre.onnx")
-    try:
-        quant_pre_process(str(path), str(tmp), skip_symbolic_shape=True)
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        tmp.unlink(missing_ok=True)
-        return [Finding("sim.preprocess", f"onnxruntime's quantization pre-processing failed "
-                        f"({first}); quantizing the model as it is", Severity.WARNING)]
-    tmp.replace(path)
-    after = onnx.load(str(path), load_external_data=False)
-    fused = _op_count(before, "BatchNormalization") - _op_count(after, "BatchNormalization")
-    text = (f"onnxruntime's quantization pre-processing applied (constant folding, fusions; "
-            f"{len(before.graph.node)} -> {len(after.graph.node)} nodes")
-    if fused > 0:
-        text += f", {fused} BatchNormalization fused into Conv"
-    return [Finding("sim.preprocess", text + ")", Severity.INFO)]
-
-
-def _unfused_batchnorm(path: Path) -> list[Finding]:
-    n = _op_count(onnx.load(str(path), load_external_data=False), "BatchNormalization")
+def _unfused_batchnorm(model: onnx.ModelProto) -> list[Finding]:
+    n = sum(node.op_type == "BatchNormalization" for node in model.graph.node)
     if not n:
         return []
     return [Finding("sim.batchnorm", f"{n} BatchNormalization node(s) left unfused: quantized "
