@@ -9,6 +9,7 @@ into a "blocked by <export>::<stage>" skip so the root cause stays the one failu
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import shutil
@@ -53,6 +54,18 @@ def load_stages(names: tuple[str, ...] = STAGE_ORDER) -> dict[str, Stage]:
                 stages[name] = obj()
                 break
     return stages
+
+
+_NOT_SETTINGS = ("line", "raw", "manifest")   # where it is written is not what it asks
+
+
+def export_settings(export: ExportSpec, stage: Stage) -> dict[str, Any]:
+    """The part of an export a stage's result depends on (for its cache key): editing
+    one setting re-runs only the stages that read it, and moving an export within
+    the manifest re-runs nothing."""
+    fields = stage.settings or tuple(f.name for f in dataclasses.fields(export)
+                                     if f.name not in _NOT_SETTINGS)
+    return {"name": export.name} | {f: getattr(export, f) for f in fields}
 
 
 @dataclass
@@ -141,7 +154,7 @@ class Pipeline:
             return self._error(stage_name, exc)
         cache_key = digest({
             "qnn_ci": __version__, "stage": stage_name, "version": stage.version,
-            "export": export, "fingerprint": fingerprint,
+            "export": export_settings(export, stage), "fingerprint": fingerprint,
             "upstream": {n: self._keys.get((export_name, n)) for n in upstream},
             "peers": {p: {n: self._keys.get((p, n)) for n in r} for p, r in peer_results.items()},
         })

@@ -54,6 +54,8 @@ class Stage:
     version: ClassVar[int] = 1                      # bump to invalidate cached results
     cache_failures: ClassVar[bool] = True           # False for flaky resources (boards)
     peer_needs: ClassVar[tuple[str, ...]] = ()      # stages of the exports named by peers()
+    settings: ClassVar[tuple[str, ...] | None] = None
+    # ^ the ExportSpec fields the stage reads (its cache key); None: all of them
 
     def applies(self, export: ExportSpec) -> bool:
         """False when the stage has nothing to do for this export (no item is made)."""

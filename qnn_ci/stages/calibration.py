@@ -41,6 +41,7 @@ class CalibrationStage(Stage):
     name = "calibration"
     needs = ("static_shapes",)
     peer_needs = ("static_shapes", "calibration")
+    settings = ("inputs", "calibration")
 
     def peers(self, export: ExportSpec) -> tuple[str, ...]:
         return (export.calibration.from_export,) if export.calibration.from_export else ()

@@ -42,6 +42,7 @@ class StaticShapesStage(Stage):
     name = "static_shapes"
     needs = ()
     marker = None
+    settings = ("model", "inputs", "opset")
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         model = ctx.export.model

@@ -3,6 +3,7 @@ exactly-once across processes."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,7 +26,7 @@ class Counting(Stage):
         with (ctx.env.workdir / "runs.log").open("a") as fh:
             fh.write(f"{ctx.export.name}::{self.name}\n")
         out = ctx.workdir / "out.txt"
-        out.write_text(str(ctx.export.raw.get("value", 0)))
+        out.write_text(str(ctx.export.opset))
         if self.outcome == "fail":
             return StageResult(self.name, Status.FAILED, "value out of range")
         if self.outcome == "crash":
@@ -44,7 +45,7 @@ def stage(name: str, needs: tuple[str, ...] = (), outcome: str = "pass",
 
 def export(tmp_path: Path, name: str = "a", value: int = 1) -> ExportSpec:
     return ExportSpec(name=name, model=tmp_path / "m.onnx", manifest=tmp_path / "qnn-ci.yaml",
-                      line=3, raw={"value": value})
+                      line=3, opset=value)
 
 
 def runs(env: Environment) -> list[str]:
@@ -95,6 +96,20 @@ def test_second_run_is_cached_and_a_change_reruns_only_that_export(tmp_path: Pat
     changed.run_export("a")
     changed.run_export("b")
     assert runs(p.env)[4:] == ["a::first", "a::second"]
+
+
+def test_only_stages_that_read_a_setting_rerun_and_moving_an_export_reruns_nothing(
+        tmp_path: Path) -> None:
+    reads_opset = stage("first")
+    reads_board = stage("second")
+    type(reads_board).settings = ("board",)
+    p = make(tmp_path, [reads_opset, reads_board])
+    p.run_export("a")
+    moved = dataclasses.replace(export(tmp_path), line=40, raw={"name": "a", "moved": True})
+    make(tmp_path, [reads_opset, reads_board], [moved]).run_export("a")
+    assert runs(p.env) == ["a::first", "a::second"]
+    make(tmp_path, [reads_opset, reads_board], [export(tmp_path, value=2)]).run_export("a")
+    assert runs(p.env) == ["a::first", "a::second", "a::first"]
 
 
 def test_cached_result_with_deleted_artefact_reruns(tmp_path: Path) -> None:
