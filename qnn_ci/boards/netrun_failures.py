@@ -1,0 +1,86 @@
+"""Tell qnn-net-run failures apart from its console text and exit status.
+
+The exit status on failure is not confirmed (the open sample app returns 1), so
+any non-zero status is a failure; the class comes from the tool's own messages.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from qnn_ci.transport.base import CommandResult
+
+# (check id, patterns, what it means for the user) — first match wins.
+_CLASSES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("board.disk_full", (r"No space left on device",),
+     "the board ran out of space while writing outputs: free space under the work root "
+     "or point work_root at a larger filesystem"),
+    ("board.load_backend", (r"Could not load backend", r"Unable to load backend",
+                            r"Failed to load skel", r"Transport layer setup failed",
+                            r"Unsupported SoC model"),
+     "the QNN backend library could not be loaded: check qnn_lib_dir, LD_LIBRARY_PATH "
+     "and (for HTP) the skel libraries / ADSP_LIBRARY_PATH in the board's env"),
+    ("board.load_model", (r"Could not load model",),
+     "the model library could not be loaded: check the lib target (-t) matches the "
+     "board and that it was built with the board's QNN SDK"),
+    ("board.input_list", (r"Could not readInputLists",),
+     "qnn-net-run could not read the input list"),
+    ("board.execution", (r"Failed to execute graph", r"Graph Finalize failure",
+                         r"Failed to finalize graph"),
+     "the model loaded but the graph failed to execute"),
+)
+
+_ERROR_LINE = re.compile(r"\[\s*ERROR\s*\]\s*(.*)|^ERROR:?\s*(.*)")
+
+
+@dataclass(frozen=True)
+class NetRunFailure:
+    check: str          # board.load_backend | board.load_model | board.execution | ...
+    message: str        # one line: what failed, the tool's own words, what to do
+    tool_text: str      # the tool's most relevant line(s)
+
+
+def tool_lines(result: CommandResult, limit: int = 3) -> str:
+    """The tool's own error lines (``[ ERROR ]``), else the last non-empty lines."""
+    text = f"{result.stdout}\n{result.stderr}"
+    errors = []
+    for line in text.splitlines():
+        m = _ERROR_LINE.search(line.strip())
+        if m:
+            errors.append((m[1] or m[2] or "").strip())
+    chosen = [e for e in errors if e] or [ln.strip() for ln in text.splitlines()
+                                          if ln.strip() and not ln.startswith("qnn-net-run pid:")]
+    return " | ".join(chosen[-limit:])
+
+
+def classify(result: CommandResult, *, backend: str, board: str, net_run: str,
+             timeout: float) -> NetRunFailure | None:
+    """None when the run succeeded (exit 0, not timed out)."""
+    label = f"qnn-net-run ({backend.upper()} backend) on board {board}"
+    if result.timed_out:
+        return NetRunFailure("board.timeout",
+                             f"{label} did not finish within {timeout:g} s and was killed",
+                             tool_lines(result))
+    if result.exit_code == 0:
+        return None
+    text = f"{result.stdout}\n{result.stderr}"
+    said = tool_lines(result)
+    started = "qnn-net-run pid:" in result.stdout
+    if not started and (result.exit_code in (126, 127) or re.search(
+            r"not found|No such file or directory|Permission denied", result.stderr)):
+        return NetRunFailure("board.net_run_missing",
+                             f"{label}: {net_run} could not be started ({said or 'exit 127'}); "
+                             "set net_run in the board declaration to the tool's path",
+                             said)
+    for check, patterns, advice in _CLASSES:
+        for pat in patterns:
+            if re.search(pat, text):
+                return NetRunFailure(check, f"{label} failed: {said} — {advice}", said)
+    if result.exit_code < 0:
+        return NetRunFailure("board.execution",
+                             f"{label} was killed by a signal or the connection dropped"
+                             f"{': ' + said if said else ''}", said)
+    return NetRunFailure("board.execution",
+                         f"{label} exited with status {result.exit_code}"
+                         f"{': ' + said if said else ''}", said)
