@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
@@ -125,6 +126,11 @@ def test_net_json_keys_and_codes(quantized: dict) -> None:
     assert tensors["conv1_weight"]["data_type"] == CODES["UFIXED_POINT_8"]
     assert tensors["conv1_bias"]["data_type"] == CODES["SFIXED_POINT_32"]
     assert tensors["x"]["dims"] == [1, 8, 8, 3]          # spatial-first, as real files show
+    # offsets are stored negative (zero representable), even for the all-positive softmax
+    defined = [e["quant_params"]["scale_offset"] for e in tensors.values()
+               if e["quant_params"]["definition"] == 1]
+    assert len(defined) == 8 and all(so["offset"] <= 0 for so in defined)
+    assert tensors["output"]["quant_params"]["definition"] == 1
     node = data["graph"]["nodes"]["_conv1_Conv"]
     assert {"package", "type", "tensor_params", "scalar_params", "input_names",
             "output_names", "macs_per_inference"} <= set(node)
@@ -149,16 +155,29 @@ def test_weights_dequantise_with_negative_offsets(quantized: dict, models: dict[
     assert np.max(np.abs(real - hwio)) <= scale * 0.51
 
 
-def test_input_encoding_covers_the_calibration_data(quantized: dict) -> None:
-    data = np.concatenate([np.fromfile(p, dtype=np.float32) for p in
-                           sorted((quantized["out"] / "calib").glob("x_*.raw"))])
-    enc = json.loads((quantized["out"] / "qnn_model_dynamic_net.json").read_text())["graph"][
-        "tensors"]["x"]["quant_params"]["scale_offset"]
-    assert enc["bitwidth"] == 16
-    lo = enc["offset"] * enc["scale"]
-    hi = (enc["offset"] + 65535) * enc["scale"]
-    assert lo <= data.min() + enc["scale"] and hi >= data.max() - enc["scale"]
-    assert hi - lo <= (data.max() - min(data.min(), 0.0)) * 1.01
+def _covers(so: dict, lo: float, hi: float, bits: int) -> bool:
+    enc_lo = so["offset"] * so["scale"]
+    enc_hi = (so["offset"] + (1 << bits) - 1) * so["scale"]
+    return enc_lo <= lo + so["scale"] and enc_hi >= hi - so["scale"]
+
+
+def test_activation_encodings_cover_the_calibration_data(quantized: dict,
+                                                         models: dict[str, Path]) -> None:
+    raws = sorted((quantized["out"] / "calib").glob("x_*.raw"))
+    xs = [np.fromfile(p, dtype=np.float32).reshape(1, 3, 8, 8) for p in raws]
+    session = ort.InferenceSession(str(models["tiny"]), providers=["CPUExecutionProvider"])
+    ys = np.concatenate([session.run(["output"], {"x": x})[0].ravel() for x in xs])
+    x_all = np.concatenate([x.ravel() for x in xs])
+    tensors = json.loads((quantized["out"] / "qnn_model_dynamic_net.json").read_text())[
+        "graph"]["tensors"]
+    x_enc = tensors["x"]["quant_params"]["scale_offset"]
+    y_enc = tensors["output"]["quant_params"]["scale_offset"]
+    assert x_enc["bitwidth"] == y_enc["bitwidth"] == 16
+    assert _covers(x_enc, float(x_all.min()), float(x_all.max()), 16)
+    assert _covers(y_enc, float(ys.min()), float(ys.max()), 16)   # softmax: all positive
+    # min-max: the range is not wider than the data plus zero
+    span = float(x_all.max()) - min(float(x_all.min()), 0.0)
+    assert x_enc["scale"] * 65535 <= span * 1.01
 
 
 def test_no_static_tensors_no_bin(sdk: Path, models: dict[str, Path], tmp_path: Path) -> None:
