@@ -296,9 +296,17 @@ def _sdk_version_in(text: str) -> str | None:
     return m.group(1) if m else None
 
 
+HEAD_BYTES = 4 << 20   # the record and QNN_SDK_VERSION sit at the top of a source
+
+
 def _read_text(path: Path) -> str:
+    """The whole file when it is JSON, else its first HEAD_BYTES (a multi-GB
+    source or a .bin passed by mistake is not read whole)."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            data = fh.read(HEAD_BYTES)
+            if data.lstrip()[:1] == b"{" or path.suffix.lower() == ".json":
+                data += fh.read()
     except FileNotFoundError:
         raise UserError("file not found", file=path) from None
     except OSError as exc:
