@@ -29,7 +29,7 @@ from qnn_ci.tables import CONVERTER_CANONICAL_TO_ALIAS, get_soc
 log = logging.getLogger(__name__)
 
 _FLAG_RE = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
-_USAGE_FLAG_RE = re.compile(r"\[(--?[A-Za-z][\w-]*)")
+_USAGE_FLAG_RE = re.compile(r"[\[|]\s*(--?[A-Za-z][\w-]*)")
 _QAISW_RE = re.compile(r"qaisw-v(\d+\.\d+\.\d+)")
 _HELP_COLUMN = 20      # argparse puts option invocations at indent 2, help text at ~24
 

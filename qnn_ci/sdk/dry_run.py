@@ -21,6 +21,8 @@ PROBLEM_SUFFIXES: tuple[str, ...] = (
 )
 _PROBLEM_RE = re.compile(r"(?:^|\s)(?:" + "|".join(re.escape(s) for s in PROBLEM_SUFFIXES)
                          + r")\s*[.,;]?\s*$")
+_SUFFIX_RE = re.compile(r"\s+(?:" + "|".join(re.escape(s) for s in PROBLEM_SUFFIXES)
+                        + r")\s*[.,;]?\s*$")
 CLEAN_LINE = "Model ops, op attributes, inputs and outputs have been evaluated"
 EVALUATING_LINE = "Proceeding with model evaluation"
 HEADER_CELLS = ("layers", "ops", "inputs", "outputs", "attributes")
@@ -90,7 +92,7 @@ def parse_dry_run(text: str) -> DryRunReport:
             continue
         cells += [""] * (len(columns) - len(cells))
         row = dict(zip(columns, cells, strict=False))
-        layer, op = row.get(columns[0], ""), row.get(columns[1], "")
+        layer, op = row.get(columns[0], ""), _SUFFIX_RE.sub("", row.get(columns[1], ""))
         if not layer and not op:
             layer, op = last_layer, last_op     # a wrapped continuation row
         last_layer, last_op = layer, op

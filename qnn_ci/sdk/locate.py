@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qnn_ci.errors import UserError
@@ -37,6 +37,9 @@ class Sdk:
     root: Path
     esdk_env: Path | None
     version: str | None
+    # The environment the tools start from (the run's Environment.environ); None:
+    # this process's.
+    environ: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def tools_dir(self) -> Path:
@@ -124,6 +127,6 @@ def find_sdk(export: ExportSpec, env: Environment, *,
     root = root.resolve()
     esdk = esdk_env_for(export, env)
     sdk = Sdk(root=root, esdk_env=esdk.resolve() if esdk is not None else None,
-              version=version_from_root(root))
+              version=version_from_root(root), environ=dict(env.environ))
     log.debug("using %s", sdk.describe())
     return sdk

@@ -55,11 +55,12 @@ class ToolRun:
         return lines[-n:]
 
     def describe(self, n: int = 20) -> str:
+        """``command: ...`` / ``last lines:`` / the tail, then the status and log path."""
         status = (f"timed out after {self.duration_s:.0f} s" if self.timed_out
                   else f"exit status {self.exit_code}")
         last = "\n".join(self.tail(n)) or "(no output)"
-        return (f"command: {self.command}\n{status}; log: {self.log_path}\n"
-                f"last lines:\n{last}")
+        return (f"command: {self.command}\nlast lines:\n{last}\n"
+                f"({status}; full log: {self.log_path})")
 
 
 def build_script(argv: list[str], *, sdk: Sdk, workdir: Path, need_esdk: bool) -> str:
@@ -76,7 +77,9 @@ def build_script(argv: list[str], *, sdk: Sdk, workdir: Path, need_esdk: bool) -
 
 
 def _tool_environ(sdk: Sdk, environ: Mapping[str, str] | None) -> dict[str, str]:
-    env = dict(os.environ if environ is None else environ)
+    if environ is None:
+        environ = sdk.environ if sdk.environ is not None else os.environ
+    env = dict(environ)
     env.pop("LD_LIBRARY_PATH", None)
     env["QNN_SDK_ROOT"] = str(sdk.root)
     if sdk.esdk_env is not None:
@@ -108,6 +111,8 @@ def run_tool(argv: list[str], *, sdk: Sdk, workdir: Path, log_name: str, timeout
     """Run ``argv`` after sourcing the SDK (and the eSDK first when ``need_esdk``).
 
     ``workdir`` is made absolute and created; the caller's cwd is not touched.
+    The environment is ``environ``, else ``sdk.environ``, else this process's,
+    always without ``LD_LIBRARY_PATH``.
     """
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)

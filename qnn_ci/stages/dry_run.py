@@ -8,6 +8,7 @@ lists no problem rows (a dry run exits 0 even when it lists some).
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -73,5 +74,5 @@ class DryRunStage(Stage):
                         "exit_code": run.exit_code, "log": str(run.log_path)},
             artefacts={"log": str(run.log_path)},
             data={"sdk_version": sdk.version, "argv": argv, "exit_code": run.exit_code,
-                  "problems": [p.__dict__ for p in report.problems]},
+                  "problems": [asdict(p) for p in report.problems]},
         )

@@ -102,3 +102,98 @@ def tiny_conv_model(path: Path, *, dynamic_batch: bool = True) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, 8, 8])], [w, b])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
     return path
+
+
+# -- the stand-in SDK (fixtures/qairt_standin) ------------------------------------
+
+@pytest.fixture(scope="session")
+def standin_root(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """make_sdk per (version, options), made once per session."""
+    from fixtures.qairt_standin import make_sdk
+
+    made: dict[tuple[Any, ...], Path] = {}
+
+    def get(version: str = "2.31.0", **options: Any) -> Path:
+        key = (version, repr(sorted(options.items())))
+        if key not in made:
+            folder = tmp_path_factory.mktemp(f"qairt-{version}")
+            made[key] = make_sdk(folder / "qairt", version, **options)
+        return made[key]
+    return get
+
+
+@pytest.fixture(scope="session")
+def esdk_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from fixtures.qairt_standin import make_esdk
+
+    return make_esdk(tmp_path_factory.mktemp("esdk") / "esdk")
+
+
+@pytest.fixture
+def sdk_factory(standin_root: Callable[..., Path], esdk_script: Path) -> Callable[..., Any]:
+    from qnn_ci.sdk.locate import Sdk, version_from_root
+
+    def make(version: str = "2.31.0", *, esdk: bool = False, **options: Any) -> Sdk:
+        root = standin_root(version, **options)
+        return Sdk(root=root, esdk_env=esdk_script if esdk else None,
+                   version=version_from_root(root))
+    return make
+
+
+def write_input_list(folder: Path, inputs: dict[str, tuple[tuple[int, ...], str]],
+                     samples: int = 2, seed: int = 0) -> Path:
+    """``name:=path`` input list with ``samples`` random raw samples per input."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i in range(samples):
+        parts = []
+        for name, (shape, dtype) in inputs.items():
+            path = folder / f"{name}_{i}.raw"
+            if dtype.startswith("int"):
+                rng.integers(0, 8, size=shape).astype(dtype).tofile(path)
+            else:
+                rng.random(shape, dtype=np.float32).astype(dtype).tofile(path)
+            parts.append(f"{name}:={path}")
+        lines.append(" ".join(parts))
+    path = folder / "input_list.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def weightless_model(path: Path) -> Path:
+    """a + b -> Relu: no initializers, no Constant nodes."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["s"], name="add"),
+         helper.make_node("Relu", ["s"], ["y"], name="relu")],
+        "weightless",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def unsupported_op_model(path: Path) -> Path:
+    """Conv -> GridSample (not in the stand-in's op list) -> y."""
+    w = numpy_helper.from_array(np.full((2, 2, 1, 1), 0.5, np.float32), "w")
+    grid = numpy_helper.from_array(np.zeros((1, 4, 4, 2), np.float32), "grid")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+         helper.make_node("GridSample", ["c", "grid"], ["y"], name="warp/GridSample")],
+        "unsupported",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])], [w, grid])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]), path)
+    return path
+
+
+def int64_input_model(path: Path) -> Path:
+    """ids (int64) -> Gather(table) -> y."""
+    table = numpy_helper.from_array(np.arange(32, dtype=np.float32).reshape(8, 4), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], name="embed", axis=0)],
+        "embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 4])], [table])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path

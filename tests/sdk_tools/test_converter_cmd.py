@@ -30,11 +30,12 @@ def test_help_flags_per_era() -> None:
 
 def test_help_flags_from_usage_and_indented_options() -> None:
     text = ("usage: qnn-onnx-converter [-h] [--input_network INPUT_NETWORK]\n"
-            "                          [--foo_bar FOO]\n\n"
+            "                          [--foo_bar FOO] [--one ONE | --two TWO]\n\n"
             "optional arguments:\n"
             "  --baz BAZ, -z BAZ     does things, like --qux\n"
             "                        --also_prose keeps going\n")
-    assert parse_help_flags(text) == {"-h", "--input_network", "--foo_bar", "--baz", "-z"}
+    assert parse_help_flags(text) == {"-h", "--input_network", "--foo_bar", "--one", "--two",
+                                      "--baz", "-z"}
 
 
 def test_w8a16_bias32_defaults_long_spelling(export_factory, tmp_path: Path) -> None:
@@ -74,7 +75,7 @@ def test_overrides_go_with_input_list(export_factory, tmp_path: Path) -> None:
                               tmp_path / "m.cpp", NEW)
     assert _pairs(argv, "--quantization_overrides") == [str(enc)]
     assert _pairs(argv, "--input_list") == [str(tmp_path / "l.txt")]
-    with pytest.raises(UserError, match="calibration.*together with --input_list"):
+    with pytest.raises(UserError, match=r"calibration.*together with --input_list"):
         build_convert_argv(export, tmp_path / "m.onnx", None, tmp_path / "m.cpp", NEW)
 
 
