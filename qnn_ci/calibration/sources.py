@@ -45,9 +45,24 @@ def _on_path(folder: Path) -> Iterator[None]:
             sys.path.remove(entry)
 
 
+def _evict_foreign(module_name: str, base_dir: Path) -> None:
+    """When the manifest's folder holds the generator's top-level module, forget a
+    same-named module imported earlier from elsewhere (another manifest's folder in
+    the same pytest run), so each manifest gets its own."""
+    top = module_name.split(".")[0]
+    if not ((base_dir / f"{top}.py").is_file() or (base_dir / top).is_dir()):
+        return
+    base = base_dir.resolve()
+    for name in [n for n in sys.modules if n == top or n.startswith(f"{top}.")]:
+        file = getattr(sys.modules[name], "__file__", None)
+        if file and not Path(file).resolve().is_relative_to(base):
+            del sys.modules[name]
+
+
 def load_generator(spec: str, base_dir: Path, *, key: str = "calibration.generator") -> Any:
     """Import ``package.module:function``; the manifest's folder is on sys.path."""
     module_name, _, func_name = spec.partition(":")
+    _evict_foreign(module_name, base_dir)
     with _on_path(base_dir):
         try:
             module = importlib.import_module(module_name)

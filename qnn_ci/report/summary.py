@@ -34,9 +34,14 @@ def terminal_table(rows: list[Row], *, width: int = 100) -> str:
         r = row.result
         note = r.summary.replace("\n", " ")
         if r.cached:
-            note += " [cached]"
+            note = f"(cached) {note}"
         text = f"  {_MARK[r.status]:<5} {r.stage:<14} {note}"
-        out.append(text if len(text) <= width else text[: width - 1] + "…")
+        if r.status in (Status.FAILED, Status.ERROR):
+            out.append(text)  # a failure is shown whole, with its findings
+            out += [f"{'':22}- {f.message}" for f in r.errors()[:8]
+                    if f.message not in r.summary]
+        else:
+            out.append(text if len(text) <= width else text[: width - 1] + "…")
     counts = {s: sum(r.result.status == s for r in rows) for s in Status}
     out.append(", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "nothing ran")
     return "\n".join(out)

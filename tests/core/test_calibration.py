@@ -202,3 +202,23 @@ def test_existing_input_list_is_checked_and_copied(tmp_path: Path) -> None:
     r2 = p2.result("two", "calibration")
     assert r2.status == Status.ERROR
     assert "line 1: ids: ids0.raw is 16 bytes, expected 32" in r2.summary
+
+
+def test_same_generator_module_name_in_two_manifest_folders(tmp_path: Path) -> None:
+    results = []
+    for folder, scale in (("one", 1.0), ("two", 5.0)):
+        d = tmp_path / folder
+        d.mkdir()
+        scale_model(d / "m.onnx", dims=["N", 4])
+        (d / "calib.py").write_text(
+            "import numpy as np\n"
+            f"def gen(count):\n    for _ in range(count):\n"
+            f"        yield {{'x': np.full((1, 4), {scale}, np.float32)}}\n")
+        (d / "qnn-ci.yaml").write_text(
+            "exports:\n  - name: a\n    model: m.onnx\n    inputs: {x: {shape: [1, 4]}}\n"
+            "    calibration: {generator: 'calib:gen', samples: 1, held_out: 0}\n")
+        m = load_manifest(d / "qnn-ci.yaml")
+        r = Pipeline(m.exports, Environment(workdir=d / "work")).result("a", "calibration")
+        (sample,) = read_input_list(Path(r.artefacts["input_list"]), ["x"])
+        results.append(float(np.fromfile(sample["x"], "<f4")[0]))
+    assert results == [1.0, 5.0]
