@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,54 @@ def test_fork_guard(tmp_path: Path, runner: str, fork: bool, allow: str, code: i
     if code:
         assert proc.stdout.startswith("::error title=qnn-ci refused a fork pull request::")
         assert "someone/models" in proc.stdout and "allow-fork-prs" in proc.stdout
+
+
+def test_action_run_step_as_the_runner_runs_it(tmp_path: Path) -> None:
+    """The `run` step: inputs as env vars, GITHUB_OUTPUT / GITHUB_STEP_SUMMARY files."""
+    from tests.core.graphs import scale_model
+
+    scale_model(tmp_path / "m.onnx", dims=["N", 4])
+    (tmp_path / "gens.py").write_text(
+        "import numpy as np\n"
+        "def gen(count):\n"
+        "    rng = np.random.default_rng(0)\n"
+        "    for _ in range(count):\n"
+        "        yield {'x': rng.normal(size=(1, 4)).astype(np.float32)}\n"
+        "def bad(count):\n"
+        "    yield {'x': np.zeros((1, 4), np.float64)}\n")
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "qnn-ci.yaml").write_text(textwrap.dedent("""
+        exports:
+          - name: good
+            model: ../m.onnx
+            inputs: {x: {shape: [1, 4]}}
+            calibration: {generator: "gens:gen", samples: 3}
+          - name: broken
+            model: ../m.onnx
+            inputs: {x: {shape: [1, 4]}}
+            calibration: {generator: "gens:bad"}
+        """).lstrip())
+    (models / "gens.py").write_text((tmp_path / "gens.py").read_text())
+    output, summary = tmp_path / "out.txt", tmp_path / "summary.md"
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(output),
+           "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_ENVIRONMENT": "github-hosted",
+           "QNN_CI_MANIFESTS": "models/qnn-ci.yaml",
+           "QNN_CI_MARKERS": "qnn and not qnn_sdk and not qnn_board and not qnn_sim",
+           "QNN_CI_JUNIT": str(tmp_path / "junit.xml"), "QNN_CI_WORKDIR": str(tmp_path / "w"),
+           "QNN_CI_SDK_ROOT": "", "QNN_CI_PYTEST_ARGS": "-p no:cacheprovider"}
+    proc = subprocess.run([sys.executable, "-m", "qnn_ci.gha", "run"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("::group::pytest ")
+    assert "::endgroup::" in proc.stdout
+    assert "::error file=models/qnn-ci.yaml,line=6,title=broken%3A%3Acalibration::" \
+        in proc.stdout
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert outputs["passed"] == "3" and outputs["failures"] == "1"
+    assert outputs["junit-path"] == str(tmp_path / "junit.xml")
+    md = summary.read_text()
+    assert md.startswith("## qnn-ci") and md.index("### broken") < md.index("### good")
+    props = [p.get("name") for p in ET.parse(tmp_path / "junit.xml").getroot().iter("property")]
+    assert "qnn.samples" in props   # xunit1: per-testcase properties are kept
