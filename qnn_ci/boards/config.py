@@ -32,3 +32,4 @@ class BoardConfig:
     timeout_s: float = 600.0                 # per remote command
     connect_timeout_s: float = 15.0
     retries: int = 2                         # reconnect attempts on transport errors
+    retry_delay_s: float = 2.0               # pause before each reconnect attempt

@@ -1,0 +1,284 @@
+"""SSH transport (fabric over paramiko) with checked host keys and bounded reconnects.
+
+- No ``~/.ssh/config``, no agent, no key search: only the board's ``key_file``.
+- Host keys are checked against the board's ``known_hosts`` (default
+  ``~/.ssh/known_hosts``) with paramiko's reject semantics; ``accept-new`` adds and
+  saves unknown keys (a changed key is still refused); ``ignore`` accepts anything
+  (unsafe: only for throwaway lab boards).
+- A dropped connection, a refused connect or a silent server is retried
+  ``board.retries`` times with a fresh connection, then ``TransportError("board
+  <name> unreachable: ...")``. A bad host key or a failed login is never retried.
+- Failures the board reports while the connection is fine (no such file, no space)
+  are ``ToolError``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import CommandTimedOut
+from paramiko.ssh_exception import (
+    AuthenticationException,
+    BadHostKeyException,
+    NoValidConnectionsError,
+    SSHException,
+)
+
+from qnn_ci.boards.config import BoardConfig
+from qnn_ci.errors import ToolError
+from qnn_ci.transport.base import CommandResult, TransportError
+from qnn_ci.transport.remote_shell import (
+    kill_group_command,
+    merged_env,
+    removable_path,
+    split_pgid,
+    wrap_command,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_SMALL_OP_TIMEOUT = 60.0
+
+
+class _UnknownHostKey(SSHException):
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        super().__init__(f"host key for {hostname} not found in known_hosts")
+        self.hostname = hostname
+        self.key = key
+
+
+class _RejectUnknown(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
+                         key: paramiko.PKey) -> None:
+        raise _UnknownHostKey(hostname, key)
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style ``SHA256:...`` fingerprint."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, NoValidConnectionsError):
+        return "connection refused (" + ", ".join(
+            f"{addr[0]}:{addr[1]}" for addr in exc.errors) + ")"
+    if isinstance(exc, TimeoutError):
+        return "no answer (timed out)"
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if isinstance(exc, EOFError) else text
+
+
+class SshTransport:
+    def __init__(self, board: BoardConfig) -> None:
+        if not board.host:
+            raise ValueError(f"board {board.name}: ssh transport needs a host")
+        self.board = board
+        self.name = board.name
+        self._conn: Connection | None = None
+
+    # --- connection --------------------------------------------------------
+    @property
+    def known_hosts_path(self) -> Path:
+        return Path(self.board.known_hosts or Path.home() / ".ssh" / "known_hosts").expanduser()
+
+    @property
+    def _hostport(self) -> str:
+        b = self.board
+        return b.host if b.port == 22 else f"[{b.host}]:{b.port}"  # type: ignore[return-value]
+
+    def _new_connection(self) -> Connection:
+        b = self.board
+        config = Config(overrides={
+            "load_ssh_configs": False,
+            "run": {"in_stream": False, "hide": True, "warn": True, "encoding": "utf-8"},
+        })
+        t = b.connect_timeout_s
+        kwargs: dict[str, object] = {
+            "look_for_keys": False, "allow_agent": False,
+            "timeout": t, "banner_timeout": t, "auth_timeout": t, "channel_timeout": t,
+        }
+        if b.key_file:
+            kwargs["key_filename"] = str(Path(b.key_file).expanduser())
+        conn = Connection(b.host, user=b.user, port=b.port, config=config,  # type: ignore[arg-type]
+                          connect_kwargs=kwargs)
+        client = conn.client
+        path = self.known_hosts_path
+        if b.host_key_policy == "ignore":
+            log.warning("board %s: host key checking is OFF (host_key_policy: ignore)", b.name)
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        elif b.host_key_policy == "accept-new":
+            if not path.exists():
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                path.touch(mode=0o600)
+            client.load_host_keys(str(path))        # remembers the file: new keys are saved
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        else:
+            if path.is_file():
+                client.load_host_keys(str(path))
+            client.set_missing_host_key_policy(_RejectUnknown())
+        return conn
+
+    def _connection(self) -> Connection:
+        if self._conn is not None and self._conn.is_connected:
+            return self._conn
+        self._drop()
+        conn = self._new_connection()
+        try:
+            conn.open()
+        except SSHException as exc:
+            # paramiko may report a failed handshake as "No existing session";
+            # the transport thread kept the real cause (e.g. no banner).
+            transport = conn.client.get_transport()
+            cause = getattr(transport, "saved_exception", None)
+            conn.close()
+            if str(exc) == "No existing session" and isinstance(cause, Exception):
+                raise cause from exc
+            if str(exc) == "No existing session":
+                raise SSHException(f"no SSH banner within {self.board.connect_timeout_s} s "
+                                   "(server hung, or not an SSH server?)") from exc
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def _alive(self) -> bool:
+        return self._conn is not None and self._conn.is_connected
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # a dead socket may fail to close; nothing to keep
+                pass
+            self._conn = None
+
+    def _fatal_message(self, exc: SSHException) -> str:
+        b = self.board
+        kh = self.known_hosts_path
+        if isinstance(exc, _UnknownHostKey):
+            ktype = exc.key.get_name()
+            return (f"board {b.name}: the host key of {exc.hostname} ({ktype} "
+                    f"{fingerprint(exc.key)}) is not in {kh}; after checking the fingerprint "
+                    f"on the board, add it with `ssh-keyscan -p {b.port} -t {ktype} {b.host} "
+                    f">> {kh}` (or set known_hosts: to a file that has it, or "
+                    "host_key_policy: accept-new to trust it on first connect)")
+        if isinstance(exc, BadHostKeyException):
+            return (f"board {b.name}: the host key of {self._hostport} CHANGED: got "
+                    f"{exc.key.get_name()} {fingerprint(exc.key)}, {kh} has "
+                    f"{fingerprint(exc.expected_key)} — possible man-in-the-middle attack, "
+                    "refusing to connect; if the board was reinstalled, remove the old key "
+                    f"with `ssh-keygen -R '{self._hostport}' -f {kh}` and add the new one")
+        return (f"board {b.name}: authentication failed for user {b.user or '(local user)'} "
+                f"with key_file {b.key_file or '(none set)'}: {exc}; check that the key's "
+                "public half is in the board's authorized_keys")
+
+    def _with_retries(self, what: str, op: Callable[[Connection], T]) -> T:
+        b = self.board
+        last: BaseException | None = None
+        for attempt in range(b.retries + 1):
+            if attempt:
+                log.info("board %s: %s failed (%s); reconnect %d/%d", b.name, what,
+                         _reason(last) if last else "?", attempt, b.retries)
+                time.sleep(b.retry_delay_s)
+            try:
+                return op(self._connection())
+            except (_UnknownHostKey, BadHostKeyException, AuthenticationException) as exc:
+                self._drop()
+                raise TransportError(self._fatal_message(exc)) from None
+            except OSError as exc:
+                if self._alive() and not isinstance(exc, NoValidConnectionsError):
+                    raise ToolError(f"board {b.name}: {what} failed: {exc}") from None
+                last = exc
+            except (SSHException, EOFError) as exc:
+                last = exc
+            self._drop()
+        assert last is not None
+        raise TransportError(f"board {b.name} unreachable: {_reason(last)} "
+                             f"(during {what}, {b.retries + 1} attempts)") from last
+
+    # --- commands ----------------------------------------------------------
+    def run(self, argv: list[str], *, timeout: float, env: dict[str, str] | None = None,
+            cwd: str | None = None) -> CommandResult:
+        argv = list(argv)
+        command = wrap_command(argv, env=merged_env(self.board.env, env), cwd=cwd)
+        started = time.monotonic()
+
+        def op(conn: Connection) -> tuple[object, bool]:
+            try:
+                return conn.run(command, timeout=timeout), False
+            except CommandTimedOut as exc:
+                return exc.result, True
+
+        raw, timed_out = self._with_retries(f"run {argv[0]}", op)
+        # invoke's timer thread may close the channel before it counts as timed out
+        elapsed = time.monotonic() - started
+        timed_out = timed_out or (raw.exited == -1 and elapsed >= timeout)  # type: ignore[attr-defined]
+        pgid, stdout = split_pgid(raw.stdout)  # type: ignore[attr-defined]
+        stderr: str = raw.stderr  # type: ignore[attr-defined]
+        exit_code = -1 if timed_out else int(raw.exited)  # type: ignore[attr-defined]
+        dropped = exit_code == -1 and not timed_out and not self._alive()
+        if timed_out or dropped:
+            if dropped:
+                stderr += f"\n[qnn-ci] connection to board {self.name} lost during the command\n"
+            if pgid is not None:
+                self._kill_group(pgid)
+        return CommandResult(argv=argv, exit_code=exit_code, stdout=stdout, stderr=stderr,
+                             timed_out=timed_out, duration_s=time.monotonic() - started)
+
+    def _kill_group(self, pgid: int) -> None:
+        """Kill the remote process group over a fresh channel (best effort)."""
+        try:
+            self._connection().run(kill_group_command(pgid), timeout=_SMALL_OP_TIMEOUT)
+        except Exception as exc:
+            log.warning("board %s: could not kill remote process group %d: %s",
+                        self.name, pgid, _reason(exc))
+            self._drop()
+
+    def _check(self, argv: list[str], what: str) -> None:
+        result = self.run(argv, timeout=min(self.board.timeout_s, _SMALL_OP_TIMEOUT))
+        if result.exit_code != 0:
+            raise ToolError(f"board {self.name}: {what} failed (exit {result.exit_code}): "
+                            f"{(result.stderr or result.stdout).strip()}")
+
+    # --- files -------------------------------------------------------------
+    def put(self, local: Path, remote: str) -> None:
+        local = Path(local)
+        if not local.is_file():
+            raise FileNotFoundError(f"no such local file: {local}")
+        self._with_retries(f"put {local} -> {remote}",
+                           lambda conn: conn.sftp().put(str(local), remote))
+
+    def get(self, remote: str, local: Path) -> None:
+        local = Path(local)
+        part = local.with_name(f".{local.name}.part-{os.getpid()}")
+        try:
+            self._with_retries(f"get {remote}", lambda conn: conn.sftp().get(remote, str(part)))
+            os.replace(part, local)
+        finally:
+            part.unlink(missing_ok=True)
+
+    def mkdir(self, remote: str) -> None:
+        self._check(["mkdir", "-p", "--", remote], f"mkdir -p {remote}")
+
+    def remove_tree(self, remote: str) -> None:
+        path = removable_path(remote, self.board.work_root)
+        self._check(["rm", "-rf", "--", path], f"rm -rf {path}")
+
+    def listdir(self, remote: str) -> list[str]:
+        return sorted(self._with_retries(f"listdir {remote}",
+                                         lambda conn: conn.sftp().listdir(remote)))
+
+    def close(self) -> None:
+        self._drop()

@@ -1,0 +1,281 @@
+"""SshTransport against a real OpenSSH server on loopback."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.sshd import SshServer, free_port
+from qnn_ci.errors import ToolError
+from qnn_ci.transport.base import TransportError
+from qnn_ci.transport.ssh import SshTransport
+
+HOSTILE = "a b'c\"d $(touch pwned);e `touch pwned` & x"
+
+
+def _wait_until(cond, what: str, limit: float = 10.0) -> None:
+    deadline = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def _in_thread(fn, limit: float = 60.0):
+    """Run fn in a thread; return (result, exception). Guards against hangs only."""
+    out: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            out["result"] = fn()
+        except BaseException as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(limit)
+    assert not t.is_alive(), f"still running after {limit} s (hung)"
+    return out.get("result"), out.get("error")
+
+
+@pytest.fixture
+def ssh(sshd: SshServer):
+    t = SshTransport(sshd.board())
+    yield t
+    t.close()
+
+
+def test_run_exit_codes_streams_env_cwd(ssh: SshTransport, sshd: SshServer) -> None:
+    r = ssh.run(["sh", "-c", "echo out; echo err >&2; exit 7"], timeout=30)
+    assert (r.exit_code, r.stdout, r.stderr, r.timed_out) == (7, "out\n", "err\n", False)
+    assert r.argv == ["sh", "-c", "echo out; echo err >&2; exit 7"]
+
+    work = Path(sshd.board().work_root)
+    work.mkdir()
+    r = ssh.run(["sh", "-c", 'pwd; printf "%s|%s" "$FROM_CALL" "$FROM_BOARD"'], timeout=30,
+                env={"FROM_CALL": "call value"}, cwd=str(work))
+    assert r.exit_code == 0
+    assert r.stdout == f"{work}\ncall value|"
+    board_env = SshTransport(sshd.board(env={"FROM_BOARD": "b", "FROM_CALL": "overridden"}))
+    r = board_env.run(["sh", "-c", 'printf "%s|%s" "$FROM_CALL" "$FROM_BOARD"'], timeout=30,
+                      env={"FROM_CALL": "c"})
+    board_env.close()
+    assert r.stdout == "c|b"
+
+    r = ssh.run(["no-such-tool-qnn-ci"], timeout=30)
+    assert r.exit_code == 127
+    r = ssh.run(["sh", "-c", "kill -9 $$"], timeout=30)
+    assert r.exit_code == -1 and not r.timed_out
+
+
+def test_bad_env_name_is_refused(ssh: SshTransport) -> None:
+    with pytest.raises(ValueError, match="not a valid shell name"):
+        ssh.run(["true"], timeout=10, env={"A;touch x": "1"})
+
+
+def test_put_get_listdir_byte_identical(ssh: SshTransport, sshd: SshServer,
+                                        tmp_path: Path) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    src = tmp_path / "blob.bin"
+    src.write_bytes(data)
+    remote_dir = f"{sshd.board().work_root}/x/y"
+    ssh.mkdir(remote_dir)
+    ssh.put(src, f"{remote_dir}/blob.bin")
+    assert Path(remote_dir, "blob.bin").read_bytes() == data
+    back = tmp_path / "back.bin"
+    ssh.get(f"{remote_dir}/blob.bin", back)
+    assert back.read_bytes() == data
+    ssh.mkdir(f"{remote_dir}/sub")
+    assert ssh.listdir(remote_dir) == ["blob.bin", "sub"]
+    ssh.remove_tree(f"{sshd.board().work_root}/x")
+    assert not Path(sshd.board().work_root, "x").exists()
+
+
+def test_timeout_kills_the_whole_remote_group(ssh: SshTransport, sshd: SshServer) -> None:
+    script = "sleep 300 & sleep 301 & (sleep 302; echo late) & echo started; wait"
+    r = ssh.run(["sh", "-c", script], timeout=1.5)
+    assert r.timed_out and r.exit_code == -1
+    assert r.stdout == "started\n"
+    _wait_until(lambda: not sshd.remote_pids(), "the remote sleeps to die")
+    # the connection is still usable afterwards
+    assert ssh.run(["true"], timeout=30).exit_code == 0
+
+
+def test_connection_lost_mid_command(ssh: SshTransport, sshd: SshServer) -> None:
+    def crash_when_running() -> None:
+        _wait_until(lambda: bool(sshd.remote_pids()), "the remote command to start")
+        sshd.stop()
+
+    crasher = threading.Thread(target=crash_when_running, daemon=True)
+    crasher.start()
+    result, error = _in_thread(lambda: ssh.run(["sleep", "60"], timeout=60))
+    crasher.join(30)
+    assert error is None
+    assert result.exit_code == -1 and not result.timed_out
+    assert "connection to board testboard lost" in result.stderr
+
+
+def test_server_gone_mid_put_then_back(sshd: SshServer, tmp_path: Path) -> None:
+    board = sshd.board(retries=2, retry_delay_s=0.1)
+    ssh = SshTransport(board)
+    big = tmp_path / "big.bin"
+    with big.open("wb") as f:                           # sparse: cheap to make, slow to send
+        f.truncate(1024 * 1024 * 1024)
+    work = Path(board.work_root)
+    work.mkdir()
+    target = work / "big.bin"
+
+    def stop_when_started() -> None:
+        _wait_until(lambda: target.exists() and target.stat().st_size > 1 << 20,
+                    "the upload to start", 30)
+        sshd.stop()
+
+    stopper = threading.Thread(target=stop_when_started, daemon=True)
+    stopper.start()
+    connections_before = sshd.connection_count()
+    _, error = _in_thread(lambda: ssh.put(big, str(target)))
+    stopper.join(30)
+    assert isinstance(error, TransportError)
+    assert str(error).startswith("board testboard unreachable:")
+    assert "3 attempts" in str(error)
+    assert sshd.connection_count() == connections_before + 1   # retries found no server
+
+    sshd.start()                                        # the board is back (same host key)
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"back again")
+    ssh.put(small, str(work / "small.bin"))
+    assert (work / "small.bin").read_bytes() == b"back again"
+    ssh.close()
+
+
+def test_unreachable_board_fails_with_clear_message(tmp_path: Path, sshd: SshServer) -> None:
+    closed = sshd.board(name="ghost", port=free_port(), retries=1, retry_delay_s=0.1)
+    t = SshTransport(closed)
+    _, error = _in_thread(lambda: t.run(["true"], timeout=5), limit=30)
+    assert isinstance(error, TransportError)
+    assert str(error).startswith("board ghost unreachable: connection refused")
+
+    sshd.pause()                                        # TCP connects, no banner ever comes
+    try:
+        hung = SshTransport(sshd.board(name="hung", connect_timeout_s=1.0, retries=1,
+                                       retry_delay_s=0.1))
+        _, error = _in_thread(lambda: hung.run(["true"], timeout=5), limit=30)
+    finally:
+        sshd.resume()
+    assert isinstance(error, TransportError)
+    assert str(error).startswith("board hung unreachable:")
+    assert "banner" in str(error)
+
+
+def test_unknown_host_key_is_rejected(sshd: SshServer, tmp_path: Path) -> None:
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    t = SshTransport(sshd.board(known_hosts=empty, retries=3))
+    before = sshd.connection_count()
+    with pytest.raises(TransportError) as info:
+        t.run(["true"], timeout=10)
+    msg = str(info.value)
+    assert "is not in" in msg and "ssh-keyscan -p" in msg and "SHA256:" in msg
+    assert sshd.connection_count() == before + 1         # not retried
+    missing = SshTransport(sshd.board(known_hosts=tmp_path / "nope"))
+    with pytest.raises(TransportError, match="is not in"):
+        missing.run(["true"], timeout=10)
+
+
+def test_accept_new_saves_then_reject_accepts(sshd: SshServer, tmp_path: Path) -> None:
+    kh = tmp_path / "sub" / "known_hosts"
+    t = SshTransport(sshd.board(known_hosts=kh, host_key_policy="accept-new"))
+    assert t.run(["true"], timeout=10).exit_code == 0
+    t.close()
+    assert f"[127.0.0.1]:{sshd.port}" in kh.read_text()
+    strict = SshTransport(sshd.board(known_hosts=kh))
+    assert strict.run(["true"], timeout=10).exit_code == 0
+    strict.close()
+
+
+def test_changed_host_key_is_rejected(sshd: SshServer) -> None:
+    sshd.rotate_host_key()
+    for policy in ("reject", "accept-new"):
+        t = SshTransport(sshd.board(host_key_policy=policy))
+        with pytest.raises(TransportError) as info:
+            t.run(["true"], timeout=10)
+        assert "CHANGED" in str(info.value) and "man-in-the-middle" in str(info.value)
+        assert "ssh-keygen -R" in str(info.value)
+
+
+def test_wrong_client_key_is_not_retried(sshd: SshServer, tmp_path: Path) -> None:
+    from fixtures.sshd import keygen
+
+    other = tmp_path / "other_key"
+    keygen(other)
+    t = SshTransport(sshd.board(key_file=other, retries=3))
+    before = sshd.connection_count()
+    with pytest.raises(TransportError, match="authentication failed"):
+        t.run(["true"], timeout=10)
+    assert sshd.connection_count() == before + 1
+
+
+def test_hostile_names_reach_the_board_literally(ssh: SshTransport, sshd: SshServer,
+                                                 tmp_path: Path) -> None:
+    home = Path.home()
+    assert not (home / "pwned").exists()
+    root = sshd.board().work_root
+    hostile_dir = f"{root}/{HOSTILE}"
+    ssh.mkdir(hostile_dir)
+    src = tmp_path / "in.txt"
+    src.write_text("payload")
+    remote_file = f"{hostile_dir}/{HOSTILE};.txt"
+    ssh.put(src, remote_file)
+    assert Path(remote_file).read_text() == "payload"
+    assert ssh.listdir(hostile_dir) == [f"{HOSTILE};.txt"]
+    r = ssh.run(["cat", f"{HOSTILE};.txt"], timeout=30, cwd=hostile_dir,
+                env={"V": HOSTILE})
+    assert (r.exit_code, r.stdout) == (0, "payload")
+    r = ssh.run(["sh", "-c", 'printf %s "$V"', HOSTILE], timeout=30, env={"V": HOSTILE})
+    assert r.stdout == HOSTILE
+    r = ssh.run(["printf", "%s|", HOSTILE, "$(id)", ";", "*"], timeout=30, cwd=hostile_dir)
+    assert r.stdout == f"{HOSTILE}|$(id)|;|*|"
+    back = tmp_path / "back.txt"
+    ssh.get(remote_file, back)
+    assert back.read_text() == "payload"
+    ssh.remove_tree(hostile_dir)
+    assert os.listdir(root) == []
+    pwned = [p for p in (tmp_path, home, Path(root)) if (p / "pwned").exists()]
+    assert pwned == []
+
+
+def test_remove_tree_refuses_paths_outside_work_root(ssh: SshTransport,
+                                                     sshd: SshServer) -> None:
+    root = sshd.board().work_root
+    for bad in ("", "/", "relative/x", "/tmp", root, f"{root}/..", f"{root}/../other",
+                f"{root}/a/../../x"):
+        with pytest.raises(ValueError, match="refusing to remove"):
+            ssh.remove_tree(bad)
+
+
+def test_board_side_failures_are_tool_errors(ssh: SshTransport, sshd: SshServer,
+                                             tmp_path: Path) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"x" * 200_000)
+    # a full disk: every write to /dev/full fails with ENOSPC
+    with pytest.raises(ToolError, match="put"):
+        ssh.put(src, "/dev/full")
+    # a FILE where a folder should be (what a filled-up or broken work_root looks like)
+    root = Path(sshd.board().work_root)
+    root.mkdir()
+    (root / "blocker").write_text("")
+    with pytest.raises(ToolError, match="mkdir -p"):
+        ssh.mkdir(f"{root}/blocker/sub")
+    with pytest.raises(ToolError, match="put"):
+        ssh.put(src, f"{root}/blocker/f.bin")
+    missing = tmp_path / "missing.bin"
+    with pytest.raises(ToolError, match="get"):
+        ssh.get(f"{root}/nope.bin", missing)
+    assert not missing.exists()
+    with pytest.raises(ToolError, match="listdir"):
+        ssh.listdir(f"{root}/nope")
+    assert ssh.run(["true"], timeout=30).exit_code == 0      # the connection survived
