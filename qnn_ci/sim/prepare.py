@@ -185,10 +185,13 @@ def _succeeded(res: PrepareResult, session: Any, ctx_model: Path) -> None:
     by_ep = assignment(session)
     _count(res, by_ep)
     others = {ep: n for ep, n in by_ep.items() if ep != EP_NAME and n}
-    if others or not res.nodes_total:
+    if others:
         res.findings.append(Finding("sim.assignment", "the session reports nodes not on QNN: "
                                     + ", ".join(f"{ep}: {len(n)}" for ep, n in others.items()),
                                     Severity.ERROR))
+    elif not res.nodes_total:
+        res.findings.append(Finding("sim.assignment", "the session's assignment record is "
+                                    "empty: no node is known to be on QNN", Severity.ERROR))
     res.ctx_model = ctx_model if ctx_model.is_file() else None
     res.ctx_binary = _ctx_binary(ctx_model) if res.ctx_model else None
     if res.ctx_binary is None or not res.ctx_binary.is_file():
@@ -242,10 +245,13 @@ def _failed(res: PrepareResult, qdq_model: Path, model: onnx.ModelProto,
                     if name not in named:
                         rejected.append(RejectedNode(name, op_type, reason=NO_REASON))
             del session
-    for _, count, reason in parsed.unit_failures:
-        log.debug("unit failure: %s nodes: %s", count, reason)
     res.rejected = _map_names(rejected, node_types)
     res.findings += failure_findings(res, parsed, model)
+
+
+def _names(nodes: list[RejectedNode], shown: int = 8) -> str:
+    text = ", ".join(f"{r.name} ({r.op_type or r.qnn_type})" for r in nodes[:shown])
+    return text + (f" and {len(nodes) - shown} more" if len(nodes) > shown else "")
 
 
 def failure_findings(res: PrepareResult, parsed: EpLog, model: onnx.ModelProto) -> list[Finding]:
@@ -264,22 +270,22 @@ def failure_findings(res: PrepareResult, parsed: EpLog, model: onnx.ModelProto) 
                            f"tensors; {STATIC_SHAPES_HINT}", Severity.ERROR))
     explained = [r for r in res.rejected if r.reason != NO_REASON]
     silent = [r for r in res.rejected if r.reason == NO_REASON]
-    if any(f.severity == Severity.ERROR for f in out) and not explained:
-        silent_note = "the dynamic dims above are the likely cause"
-    else:
-        for r in explained[:MAX_NODE_FINDINGS]:
-            out.append(Finding("sim.rejected", f"{res.soc.name} HTP rejected {r.describe()}",
-                               Severity.ERROR, subject=r.name))
-        silent += explained[MAX_NODE_FINDINGS:]
-        silent_note = NO_REASON
+    dyn_input = any(f.severity == Severity.ERROR for f in out)
+    for r in explained[:MAX_NODE_FINDINGS]:
+        out.append(Finding("sim.rejected", f"{res.soc.name} HTP rejected {r.describe()}",
+                           Severity.ERROR, subject=r.name))
+    if len(explained) > MAX_NODE_FINDINGS:
+        out.append(Finding("sim.rejected", f"and {len(explained) - MAX_NODE_FINDINGS} more "
+                           f"rejected node(s): {_names(explained[MAX_NODE_FINDINGS:])} (full "
+                           "list in the JSON report)", Severity.ERROR))
     if silent:
-        names = ", ".join(f"{r.name} ({r.op_type or r.qnn_type})" for r in silent[:8])
-        more = f" and {len(silent) - 8} more" if len(silent) > 8 else ""
-        label = "more node(s)" if explained[:MAX_NODE_FINDINGS] and silent_note == NO_REASON \
-            else "node(s)"
-        out.append(Finding("sim.rejected", f"{len(silent)} {label} not on the "
-                           f"{res.soc.name} HTP: {names}{more}; {silent_note} "
-                           f"(full list in the JSON report)", Severity.ERROR))
+        note = "the dynamic input dims above are the likely cause" \
+            if dyn_input and not explained else NO_REASON
+        out.append(Finding("sim.rejected", f"{len(silent)} node(s) not on the {res.soc.name} "
+                           f"HTP: {_names(silent)}; {note}", Severity.ERROR))
+    for op_type, count, reason in parsed.unit_failures:
+        out.append(Finding("sim.validation", f"{count} {op_type} node(s) failed the EP's "
+                           f"validation: {reason}", Severity.WARNING, subject=op_type))
     if res.error and "NHWC format" in res.error:
         out.append(Finding("sim.nhwc", "the EP's NHWC layout pass inserted a node the HTP then "
                            "refused; this usually means float (unquantized) weights or ops "

@@ -106,7 +106,7 @@ def test_dynamic_batch_is_caught_and_points_at_static_shapes(graphs: dict[str, P
     assert p is not None and p.nodes_on_htp == 0 and p.nodes_total == len(p.rejected) > 0
     # The per-node list is summed up in one finding that names the likely cause.
     rejected = [f for f in report.findings if f.check == "sim.rejected"]
-    assert len(rejected) == 1 and "dynamic dims above" in rejected[0].message
+    assert len(rejected) == 1 and "dynamic input dims above" in rejected[0].message
 
 
 def test_a_second_prepare_in_the_same_folder_replaces_the_artefacts(
@@ -130,3 +130,15 @@ def test_bitwidths_reach_the_qnn_graph(graphs: dict[str, Path], tmp_path: Path, 
     ufixed = {8: 0x408, 16: 0x416}
     assert act_in["data_type"] == ufixed[act]
     assert weight["data_type"] == ufixed[8]
+
+
+def test_verbose_ep_log_gives_the_reason_for_a_dynamic_dim(graphs: dict[str, Path],
+                                                          tmp_path: Path, conv_feeds) -> None:
+    from qnn_ci.sim.quantize import quantize_for_htp
+
+    qdq = quantize_for_htp(graphs["dyn"], tmp_path / "dyn.qdq.onnx", conv_feeds(1),
+                           QuantSettings())
+    res = prepare_for_htp(qdq.model, tmp_path, sim_target("QCS6490"), log_severity=0)
+    reasons = [f for f in res.findings if f.check == "sim.validation"]
+    assert reasons and all("Cannot get shape" in f.message for f in reasons)
+    assert {f.subject for f in reasons} >= {"Conv"}
