@@ -49,16 +49,20 @@ class ToolRun:
     def command(self) -> str:
         return shlex.join(self.argv)
 
-    def tail(self, n: int = 20) -> list[str]:
+    def tail_lines(self, n: int = 20) -> list[str]:
+        """The last ``n`` non-blank output lines."""
         lines = [line.rstrip() for line in self.output.splitlines()]
-        lines = [line for line in lines if line.strip()]
-        return lines[-n:]
+        return [line for line in lines if line.strip()][-n:]
+
+    def tail(self, n: int = 20) -> str:
+        """The last ``n`` non-blank output lines as one text, for failure messages."""
+        return "\n".join(self.tail_lines(n))
 
     def describe(self, n: int = 20) -> str:
         """``command: ...`` / ``last lines:`` / the tail, then the status and log path."""
         status = (f"timed out after {self.duration_s:.0f} s" if self.timed_out
                   else f"exit status {self.exit_code}")
-        last = "\n".join(self.tail(n)) or "(no output)"
+        last = self.tail(n) or "(no output)"
         return (f"command: {self.command}\nlast lines:\n{last}\n"
                 f"({status}; full log: {self.log_path})")
 

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.errors import UserError
+from qnn_ci.errors import ToolError, UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.convert import convert
 from qnn_ci.sdk.converter_cmd import build_convert_argv
@@ -22,7 +22,7 @@ from qnn_ci.sdk.model_lib import library_name
 from qnn_ci.sdk.record import read_record
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, Stage, StageContext
-from qnn_ci.stages.sdk_common import converter_help, sdk_fingerprint
+from qnn_ci.stages.sdk_common import converter_help, sdk_fingerprint, tool_failure
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,10 @@ class ConvertStage(Stage):
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export
         sdk = find_sdk(export, ctx.env)
-        help_ = converter_help(ctx, sdk)
+        try:
+            help_ = converter_help(ctx, sdk)
+        except ToolError as exc:
+            return tool_failure(self.name, exc, "convert.tool")
         shapes = ctx.upstream["static_shapes"]
         model = Path(shapes.artefacts["model"])
         calibration = ctx.upstream.get("calibration")

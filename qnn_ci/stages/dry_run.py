@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.errors import ToolError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.convert import explain_failure
 from qnn_ci.sdk.converter_cmd import build_convert_argv
@@ -20,7 +21,7 @@ from qnn_ci.sdk.locate import find_sdk, sdk_problem
 from qnn_ci.sdk.toolrun import run_tool
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, Stage, StageContext
-from qnn_ci.stages.sdk_common import converter_help, sdk_fingerprint
+from qnn_ci.stages.sdk_common import converter_help, sdk_fingerprint, tool_failure
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,10 @@ class DryRunStage(Stage):
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export
         sdk = find_sdk(export, ctx.env)
-        help_ = converter_help(ctx, sdk)
+        try:
+            help_ = converter_help(ctx, sdk)
+        except ToolError as exc:
+            return tool_failure(self.name, exc, "dry_run.tool")
         shapes = ctx.upstream["static_shapes"]
         model = Path(shapes.artefacts["model"])
         argv = build_convert_argv(export, model, None, ctx.workdir / "dry_run.cpp", help_.flags,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import ToolError
+from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.converter_cmd import ConverterHelp, probe_converter
 from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk
 from qnn_ci.stage import Environment, StageContext
@@ -56,3 +57,10 @@ def sdk_fingerprint(ctx: StageContext, *, tools: tuple[str, ...] = (CONVERTER,),
     if need_esdk and sdk.esdk_env is not None:
         fp["esdk_env"] = {"path": str(sdk.esdk_env), "stamp": _stamp(sdk.esdk_env)}
     return fp
+
+
+def tool_failure(stage: str, exc: ToolError, check: str) -> StageResult:
+    """A FAILED result for an SDK tool that could not even be probed."""
+    text = str(exc)
+    return StageResult(stage, Status.FAILED, text.splitlines()[0],
+                       [Finding(check, text, Severity.ERROR)])

@@ -121,3 +121,22 @@ def test_wrong_elf_machine_fails(converted, esdk_script: Path, tmp_path: Path) -
     assert out.run.exit_code == 0 and not out.ok
     assert out.elf is not None and out.elf.machine == 62
     assert "x86-64" in out.failures[0] and "AArch64" in out.failures[0]
+
+
+def test_library_without_weights_file(sdk_factory, export_factory, tmp_path: Path) -> None:
+    from tests.sdk_tools.conftest import weightless_model
+
+    sdk = sdk_factory()
+    model = weightless_model(tmp_path / "w.onnx")
+    lst = write_input_list(tmp_path / "cal", {"a": ((1, 4), "float32"),
+                                              "b": ((1, 4), "float32")})
+    out_cpp = tmp_path / "conv" / "w.cpp"
+    argv = build_convert_argv(export_factory(), model, lst, out_cpp,
+                              probe_converter(sdk, tmp_path / "cache").flags)
+    conv = convert(argv, sdk=sdk, workdir=out_cpp.parent, output_path=out_cpp, model=model,
+                   timeout=120)
+    assert conv.ok and conv.bin is None, conv.failures
+    out = build_model_lib(sdk=sdk, cpp=out_cpp, bin_path=None, target="x86_64-linux-clang",
+                          lib_name="w", workdir=tmp_path / "lib", timeout=120)
+    assert out.ok, out.failures
+    assert "-b" not in out.run.argv and out.elf is not None and out.elf.machine == 62

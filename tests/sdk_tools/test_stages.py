@@ -195,3 +195,23 @@ def test_model_lib_stage_requires_target(export_factory, standin_root, tmp_path:
     with pytest.raises(UserError, match=r"target\.lib_target: is required"):
         ModelLibStage().run(ctx)
     assert not (ctx.workdir / "model_lib.log").exists()      # the tool never ran
+
+
+def test_converter_that_cannot_start_fails_with_last_lines(export_factory,
+                                                           tmp_path: Path) -> None:
+    from fixtures.qairt_standin import make_sdk
+
+    root = make_sdk(tmp_path / "broken")
+    tool = root / "bin" / "x86_64-linux-clang" / "qnn-onnx-converter"
+    tool.write_text("#!/bin/bash\necho 'Traceback (most recent call last):'\n"
+                    "echo 'ImportError: libpython3.10.so.1.0: cannot open shared object file'\n"
+                    "exit 1\n")
+    model = tiny_conv_model(tmp_path / "m.onnx", dynamic_batch=False)
+    env = _env(tmp_path, root)
+    res = DryRunStage().run(_ctx(export_factory(model=model), env, "dry_run", {
+        "static_shapes": _shapes(model, [("x", "float32", [1, 3, 8, 8])])}))
+    assert res.status == Status.FAILED
+    text = res.failure_text()
+    assert "could not read the flags of qnn-onnx-converter --help" in text
+    assert "command: qnn-onnx-converter --help" in text
+    assert "ImportError: libpython3.10.so.1.0" in text

@@ -82,7 +82,8 @@ def test_failure_describe_has_command_and_last_lines(sdk_factory, tmp_path: Path
     run = run_tool(["bash", "-c", "for i in $(seq 1 40); do echo line$i; done; exit 3"],
                    sdk=sdk, workdir=tmp_path, log_name="fail", timeout=60)
     assert run.exit_code == 3
-    assert run.tail(3) == ["line38", "line39", "line40"]
+    assert run.tail(3) == "line38\nline39\nline40"
+    assert run.tail_lines(2) == ["line39", "line40"]
     text = run.describe()
     assert text.startswith("command: bash -c ") and "exit status 3" in text
     assert "last lines:\n" in text and "line21" in text and "line20\n" not in text
