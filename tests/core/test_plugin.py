@@ -79,7 +79,7 @@ def test_items_node_ids_and_markers(project: pytest.Pytester) -> None:
 
 
 def test_run_skips_blocks_and_points_at_the_manifest(project: pytest.Pytester) -> None:
-    res = project.runpytest("-m", "not qnn_sim", "-rs", "--qnn-export", "a",
+    res = project.runpytest("-m", "not qnn_sim and not qnn_board", "-rs", "--qnn-export", "a",
                             "--qnn-export", "bad", f"--junitxml={project.path / 'j.xml'}",
                             "-o", "junit_family=xunit1")
     out = res.stdout.str()
@@ -118,14 +118,15 @@ def test_github_job_summary_and_annotations(project: pytest.Pytester,
 
 
 def test_xdist_runs_each_stage_once(project: pytest.Pytester) -> None:
-    res = project.runpytest_subprocess("-n", "2", "-m", "not qnn_sim", "--qnn-no-cache",
+    host = "qnn and not qnn_sim and not qnn_sdk and not qnn_board"
+    res = project.runpytest_subprocess("-n", "2", "-m", host, "--qnn-no-cache",
                                        "--qnn-export", "a", "--qnn-export", "b")
-    res.assert_outcomes(passed=4, skipped=10)
+    res.assert_outcomes(passed=4)
     # Both exports' calibration ran once each, though two workers ran items.
     assert (project.path / "gen.log").read_text().count("called") == 2
-    res = project.runpytest_subprocess("-n", "2", "-m", "not qnn_sim",
+    res = project.runpytest_subprocess("-n", "2", "-m", host,
                                        "--qnn-export", "a", "--qnn-export", "b")
-    res.assert_outcomes(passed=4, skipped=10)
+    res.assert_outcomes(passed=4)
     assert (project.path / "gen.log").read_text().count("called") == 2  # cached
 
 
