@@ -1,0 +1,125 @@
+"""Local transport: the runner is the board (a dev kit running its own CI, or tests).
+
+Commands run without a shell in a new session, so a timeout kills the whole
+process group; files are plain copies. Remote paths are local paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from qnn_ci.boards.config import BoardConfig
+from qnn_ci.errors import ToolError
+from qnn_ci.transport.base import CommandResult
+from qnn_ci.transport.remote_shell import merged_env, removable_path
+
+log = logging.getLogger(__name__)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """TERM the command's process group, give it a second, then KILL what is left."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=1.0)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class LocalTransport:
+    def __init__(self, board: BoardConfig) -> None:
+        self.board = board
+        self.name = board.name
+
+    def run(self, argv: list[str], *, timeout: float, env: dict[str, str] | None = None,
+            cwd: str | None = None) -> CommandResult:
+        argv = list(argv)
+        if not argv:
+            raise ValueError("empty command")
+        full_env = dict(os.environ)
+        full_env.update(merged_env(self.board.env, env))
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            missing = cwd if cwd and not Path(cwd).is_dir() else argv[0]
+            return CommandResult(argv=argv, exit_code=127 if isinstance(
+                exc, FileNotFoundError) else 126, stdout="",
+                stderr=f"{missing}: {exc.strerror}\n", duration_s=time.monotonic() - started)
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            try:
+                out, err = proc.communicate(timeout=5.0)
+            except subprocess.TimeoutExpired:     # a setsid'd grandchild holds the pipes
+                log.warning("board %s: %s left a process outside its group", self.name,
+                            argv[0])
+                proc.kill()
+                for pipe in (proc.stdout, proc.stderr):
+                    if pipe is not None:
+                        pipe.close()
+                proc.wait()
+                out, err = b"", b""
+        code = proc.returncode
+        return CommandResult(
+            argv=argv, exit_code=-1 if timed_out or code < 0 else code,
+            stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+            timed_out=timed_out, duration_s=time.monotonic() - started)
+
+    def _copy(self, src: Path, dst: Path, what: str) -> None:
+        try:
+            shutil.copyfile(src, dst)
+        except OSError as exc:
+            raise ToolError(f"board {self.name}: {what} failed: {exc}") from None
+
+    def put(self, local: Path, remote: str) -> None:
+        local = Path(local)
+        if not local.is_file():
+            raise FileNotFoundError(f"no such local file: {local}")
+        self._copy(local, Path(remote), f"put {local} -> {remote}")
+
+    def get(self, remote: str, local: Path) -> None:
+        self._copy(Path(remote), Path(local), f"get {remote}")
+
+    def mkdir(self, remote: str) -> None:
+        try:
+            Path(remote).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ToolError(f"board {self.name}: mkdir -p {remote} failed: {exc}") from None
+
+    def remove_tree(self, remote: str) -> None:
+        path = removable_path(remote, self.board.work_root)
+        if os.path.lexists(path):
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+            except OSError as exc:
+                raise ToolError(f"board {self.name}: rm -rf {path} failed: {exc}") from None
+
+    def listdir(self, remote: str) -> list[str]:
+        try:
+            return sorted(os.listdir(remote))
+        except OSError as exc:
+            raise ToolError(f"board {self.name}: listdir {remote} failed: {exc}") from None
+
+    def close(self) -> None:
+        pass

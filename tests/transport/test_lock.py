@@ -1,0 +1,131 @@
+"""Board locks: runner-side filelock + a lock file on the board."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.sshd import SshServer
+from qnn_ci.boards.config import BoardConfig
+from qnn_ci.boards.lock import LOCK_NAME, BoardLockedError, LockInfo, board_lock
+from qnn_ci.transport.local import LocalTransport
+from qnn_ci.transport.ssh import SshTransport
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> BoardConfig:
+    return BoardConfig(name="kit", transport="local", work_root=str(tmp_path / "board"))
+
+
+def _plant(board: BoardConfig, holder: LockInfo) -> Path:
+    root = Path(board.work_root)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LOCK_NAME
+    path.write_text(holder.to_line() + "\n")
+    return path
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_lock_file_lives_while_held(board: BoardConfig, tmp_path: Path) -> None:
+    t = LocalTransport(board)
+    path = Path(board.work_root) / LOCK_NAME
+    with board_lock(t, board, timeout=5, runner_lock_dir=tmp_path / "locks") as mine:
+        held = LockInfo.from_line(path.read_text())
+        assert held == mine and held.host == socket.gethostname()
+    assert not path.exists()
+    with board_lock(t, board, timeout=5, runner_lock_dir=tmp_path / "locks"):
+        assert path.exists()
+
+
+def test_live_lock_of_another_runner_waits_then_fails(board: BoardConfig,
+                                                      tmp_path: Path) -> None:
+    other = LockInfo(host="ci-runner-7", pid=4242, runner="ci-runner-7/run-99",
+                     since=time.time())
+    path = _plant(board, other)
+    with pytest.raises(BoardLockedError) as info:
+        with board_lock(LocalTransport(board), board, timeout=0.6, poll_s=0.2,
+                        runner_lock_dir=tmp_path / "locks"):
+            pass
+    msg = str(info.value)
+    assert msg.startswith("board kit is locked by runner ci-runner-7/run-99 (pid 4242 on "
+                          "ci-runner-7) since ")
+    assert "gave up after 0.6 s" in msg
+    assert LockInfo.from_line(path.read_text()) == other          # untouched
+
+
+def test_waits_until_the_holder_leaves(board: BoardConfig, tmp_path: Path) -> None:
+    path = _plant(board, LockInfo("ci-runner-7", 4242, "r7", time.time()))
+    threading.Timer(0.5, path.unlink).start()
+    with board_lock(LocalTransport(board), board, timeout=30, poll_s=0.1,
+                    runner_lock_dir=tmp_path / "locks") as mine:
+        assert LockInfo.from_line(path.read_text()) == mine
+
+
+@pytest.mark.parametrize("kind", ["dead pid on this host", "too old"])
+def test_stale_lock_is_taken_over(board: BoardConfig, tmp_path: Path, kind: str) -> None:
+    if kind == "too old":
+        stale = LockInfo("ci-runner-7", 4242, "r7", time.time() - 7200)
+    else:
+        stale = LockInfo(socket.gethostname(), _dead_pid(), "me-earlier", time.time())
+    path = _plant(board, stale)
+    with board_lock(LocalTransport(board), board, timeout=2, max_age_s=3600,
+                    runner_lock_dir=tmp_path / "locks") as mine:
+        assert LockInfo.from_line(path.read_text()) == mine
+
+
+def test_runner_lock_then_stale_board_lock_after_a_crash(board: BoardConfig,
+                                                         tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from pathlib import Path\n"
+         "from qnn_ci.boards.config import BoardConfig\n"
+         "from qnn_ci.boards.lock import board_lock\n"
+         "from qnn_ci.transport.local import LocalTransport\n"
+         f"b = BoardConfig(name='kit', transport='local', work_root={board.work_root!r})\n"
+         f"d = Path({str(locks)!r})\n"
+         "with board_lock(LocalTransport(b), b, timeout=10, runner_lock_dir=d):\n"
+         "    print('held', flush=True)\n"
+         "    time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(BoardLockedError, match=rf"locked by runner .*\(pid {holder.pid} "):
+            with board_lock(LocalTransport(board), board, timeout=0.5,
+                            runner_lock_dir=locks):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died without cleaning up: its board lock file is stale (dead pid here)
+    assert (Path(board.work_root) / LOCK_NAME).exists()
+    with board_lock(LocalTransport(board), board, timeout=5, runner_lock_dir=locks) as mine:
+        assert mine.pid != holder.pid
+
+
+def test_board_lock_over_ssh(sshd: SshServer, tmp_path: Path) -> None:
+    board = sshd.board(name="sshkit")
+    ssh = SshTransport(board)
+    path = Path(board.work_root) / LOCK_NAME
+    with board_lock(ssh, board, timeout=5, runner_lock_dir=tmp_path / "a") as mine:
+        assert LockInfo.from_line(path.read_text()) == mine
+        # a second runner (own runner-side lock dir) sees the board lock and gives up
+        with pytest.raises(BoardLockedError, match="board sshkit is locked by runner"):
+            with board_lock(ssh, board, timeout=0.5, poll_s=0.1,
+                            runner_lock_dir=tmp_path / "b"):
+                pass
+        assert path.exists()
+    assert not path.exists()
+    ssh.close()
