@@ -64,7 +64,7 @@ class _Reader:
     """A CalibrationDataReader over in-memory feeds (duck-typed: get_next)."""
 
     def __init__(self, samples: Sequence[Feeds]) -> None:
-        self._samples = list(samples)
+        self._samples = samples              # may read from disk on access: iterate lazily
         self._it = iter(self._samples)
 
     def get_next(self) -> Feeds | None:

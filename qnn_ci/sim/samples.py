@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 import onnx
@@ -44,21 +46,43 @@ def inputs_from_data(data: dict[str, dict[str, object]]) -> list[InputMeta]:
             for n, d in data.items()]
 
 
+class SampleList(Sequence[Feeds]):
+    """Samples of an input list, checked up front, read from disk on access (a
+    calibration set of a large model need not fit in memory)."""
+
+    def __init__(self, rows: list[dict[str, Path]], inputs: list[InputMeta]) -> None:
+        self._rows = rows
+        self._by_name = {m.name: m for m in inputs}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Feeds: ...
+    @overload
+    def __getitem__(self, index: slice) -> SampleList: ...
+
+    def __getitem__(self, index: int | slice) -> Feeds | SampleList:
+        if isinstance(index, slice):
+            return SampleList(self._rows[index], list(self._by_name.values()))
+        row = self._rows[index]
+        return {n: read_raw(p, self._by_name[n].dtype, self._by_name[n].shape)
+                for n, p in row.items()}
+
+
 def load_samples(input_list: Path, inputs: list[InputMeta], *,
-                 limit: int | None = None) -> list[Feeds]:
-    """The first ``limit`` samples of an input list as arrays; a missing or
-    wrongly sized raw file is a UserError naming it."""
+                 limit: int | None = None) -> SampleList:
+    """The first ``limit`` samples of an input list; a missing or wrongly sized raw
+    file, or a sample that misses an input, is a UserError naming it."""
     by_name = {m.name: m for m in inputs}
     lines = read_input_list(input_list, [m.name for m in inputs])
     if limit is not None:
         lines = lines[:limit]
-    samples: list[Feeds] = []
     for number, line in enumerate(lines, start=1):
         missing = sorted(set(by_name) - set(line))
         if missing:
             raise UserError(f"sample {number} has no entry for input(s) {', '.join(missing)}",
                             file=input_list)
-        feeds: Feeds = {}
         for name, path in line.items():
             meta = by_name.get(name)
             if meta is None:
@@ -74,11 +98,9 @@ def load_samples(input_list: Path, inputs: list[InputMeta], *,
                 raise UserError(f"sample {number}: {path} has {size} bytes, input {name!r} "
                                 f"needs {want} ({meta.dtype} {list(meta.shape)})",
                                 file=input_list)
-            feeds[name] = read_raw(path, meta.dtype, meta.shape)
-        samples.append(feeds)
-    if not samples:
+    if not lines:
         raise UserError("the input list has no samples", file=input_list)
-    return samples
+    return SampleList(lines, inputs)
 
 
 def random_samples(inputs: list[InputMeta], count: int, *, seed: int = 0) -> list[Feeds]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -142,3 +143,14 @@ def test_verbose_ep_log_gives_the_reason_for_a_dynamic_dim(graphs: dict[str, Pat
     reasons = [f for f in res.findings if f.check == "sim.validation"]
     assert reasons and all("Cannot get shape" in f.message for f in reasons)
     assert {f.subject for f in reasons} >= {"Conv"}
+
+
+def test_fp16_on_sm8350_prepares_but_the_fp16_audit_follows_the_soc_table(
+        graphs: dict[str, Path], tmp_path: Path) -> None:
+    """The simulator builds FP16 for id 30; vendor docs say SM8350's HTP has none."""
+    report = check_htp(graphs["fp16"], tmp_path, sim_target("SM8350"),
+                       [{"x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)}],
+                       QuantSettings())
+    assert report.prepare is not None and report.prepare.prepared
+    assert not report.passed
+    assert {f.check for f in report.errors()} == {"fp16.tensor"}
