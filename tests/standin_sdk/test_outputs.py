@@ -186,3 +186,21 @@ def test_no_static_tensors_no_bin(sdk: Path, models: dict[str, Path], tmp_path: 
     assert (tmp_path / "ns.cpp").is_file() and not (tmp_path / "ns.bin").exists()
     assert re.search(r" - WARNING - .*static", run.text)
     assert "Model BIN saved at" not in run.text
+
+
+def test_numeric_names_get_a_leading_underscore_as_in_real_231(sdk: Path,
+                                                               tmp_path: Path) -> None:
+    real = real_output("naf_block_sota-qairt2.31.cpp").read_text()
+    assert "out_names=['73']" in real and tensors_of(real)["_73"][0] == "APP_READ"
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["input.1"], ["73"], name="Relu_0")], "numeric",
+        [onnx.helper.make_tensor_value_info("input.1", onnx.TensorProto.FLOAT, [1, 4])],
+        [onnx.helper.make_tensor_value_info("73", onnx.TensorProto.FLOAT, [1, 4])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    onnx.save(model, tmp_path / "numeric.onnx")
+    run = convert(sdk, "-i", tmp_path / "numeric.onnx", "-o", tmp_path / "numeric.cpp")
+    assert run.code == 0, run.text
+    cpp = (tmp_path / "numeric.cpp").read_text()
+    assert "out_names=['73']" in cpp
+    assert tensors_of(cpp) == {"input_1": ("APP_WRITE", "FLOAT_32"),
+                               "_73": ("APP_READ", "FLOAT_32")}
