@@ -11,6 +11,7 @@ from quantization, not from the HTP.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from qnn_ci.compare.outputs import sanitize
+from qnn_ci.compare import accuracy_rule, compare_sets, load_output_set, sanitize
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.ep import capture_native_output, htp_session_options
 from qnn_ci.sim.samples import Feeds
@@ -110,8 +111,6 @@ def write_outputs(folder: Path, outputs: Sequence[Outputs]) -> Path:
 
 def _compare(reference: Path, test: Path, thresholds: Thresholds,
              expected: dict[str, tuple[str, tuple[int, ...]]]) -> Any:
-    from qnn_ci.compare import compare_sets, load_output_set
-
     return compare_sets(load_output_set(reference), load_output_set(test), thresholds,
                         expected=expected)
 
@@ -119,8 +118,6 @@ def _compare(reference: Path, test: Path, thresholds: Thresholds,
 def _oracle(ref_dir: Path, qdq_dir: Path, sim_dir: Path) -> list[Finding]:
     """onnxruntime's QNN EP oracle with the QDQ model on CPU as the CPU side; advisory
     here (warnings), the thresholds decide."""
-    from qnn_ci.compare import accuracy_rule, load_output_set
-
     out: list[Finding] = []
     for f in accuracy_rule(load_output_set(ref_dir), load_output_set(qdq_dir),
                            load_output_set(sim_dir)):
@@ -135,8 +132,6 @@ def simulate_and_compare(float_model: Path, qdq_model: Path | None, ctx_model: P
                          out_dir: Path) -> NumericsResult:
     """Run ``samples`` through fp32 CPU, the simulator (and the QDQ model on CPU)
     and compare."""
-    import shutil
-
     for sub in ("reference", "sim", "qdq_cpu"):
         shutil.rmtree(out_dir / sub, ignore_errors=True)
     log_path = out_dir / "sim_run.log"

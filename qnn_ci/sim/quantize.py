@@ -77,8 +77,10 @@ class _Reader:
 def _quant_types(s: QuantSettings) -> tuple[Any, Any]:
     from onnxruntime.quantization import QuantType
 
+    # What the HTP EP takes (seen on the simulator): 4-bit weights only signed and
+    # per-channel, 16-bit weights signed (symmetric); 8-bit unsigned.
     acts = {8: QuantType.QUInt8, 16: QuantType.QUInt16}
-    weights = {4: QuantType.QUInt4, 8: QuantType.QUInt8, 16: QuantType.QUInt16}
+    weights = {4: QuantType.QInt4, 8: QuantType.QUInt8, 16: QuantType.QInt16}
     if s.act_bitwidth not in acts:
         raise UserError(f"activation bitwidth {s.act_bitwidth} is not supported by the "
                         "simulator path; use 8 or 16", key="quantization.act_bitwidth")
@@ -108,6 +110,10 @@ def _notes(s: QuantSettings) -> list[Finding]:
     if s.bias_bitwidth != 32:
         notes.append(Finding("sim.quantize.bias", f"bias bitwidth {s.bias_bitwidth} asked; "
                              "onnxruntime's QDQ quantizer always writes 32-bit biases",
+                             Severity.WARNING))
+    if s.weights_bitwidth == 4 and not s.per_channel:
+        notes.append(Finding("sim.quantize.per_channel", "4-bit weights: quantized per-channel "
+                             "(signed, symmetric), the only 4-bit form the HTP EP accepts",
                              Severity.WARNING))
     if s.act_calibration and s.act_calibration.lower() not in _CALIBRATION:
         notes.append(Finding("sim.quantize.calibration",
@@ -162,7 +168,7 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
             str(folded_path), _Reader(samples),
             calibrate_method=getattr(CalibrationMethod, method_name),
             activation_type=act_type, weight_type=weight_type,
-            per_channel=settings.per_channel,
+            per_channel=settings.per_channel or settings.weights_bitwidth == 4,
             init_overrides=overrides.overrides if overrides and overrides.overrides else None)
         if method_name == "Percentile" and settings.percentile is not None:
             config.extra_options["CalibPercentile"] = float(settings.percentile)

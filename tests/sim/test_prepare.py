@@ -154,3 +154,19 @@ def test_fp16_on_sm8350_prepares_but_the_fp16_audit_follows_the_soc_table(
     assert report.prepare is not None and report.prepare.prepared
     assert not report.passed
     assert {f.check for f in report.errors()} == {"fp16.tensor"}
+
+
+def test_weight_bitwidths_4_and_16_per_soc(graphs: dict[str, Path], tmp_path: Path,
+                                           conv_feeds) -> None:
+    """4-bit weights go signed per-channel (said so); 16-bit weights prepare for
+    SM8550 (v73) but the QCS6490 (v68) HTP rejects the Conv."""
+    w4 = check_htp(graphs["conv"], tmp_path / "w4", sim_target("QCS6490"), conv_feeds(2),
+                   QuantSettings(weights_bitwidth=4))
+    assert w4.passed, w4.findings
+    assert "sim.quantize.per_channel" in {f.check for f in w4.findings}
+    w16 = {soc: check_htp(graphs["conv"], tmp_path / soc, sim_target(soc), conv_feeds(2),
+                          QuantSettings(weights_bitwidth=16))
+           for soc in ("SM8550", "QCS6490")}
+    assert w16["SM8550"].passed
+    assert not w16["QCS6490"].passed
+    assert {r.name for r in w16["QCS6490"].prepare.rejected} == {"conv1"}
