@@ -216,3 +216,21 @@ def test_payload_runs_the_converted_classifier(sdk: Path, esdk: Path, cls_model:
         payload["inputs"][0]["dims"])
     (y,) = session.run([output["name"]], {"x": x})
     assert list(y.shape) == output["dims"]
+
+
+def test_copied_source_still_finds_its_model(sdk: Path, model_src: dict[str, Path],
+                                             tmp_path: Path) -> None:
+    work = tmp_path / "model_lib"
+    work.mkdir()
+    (work / "renamed.cpp").write_bytes(model_src["cpp"].read_bytes())
+    (work / "renamed.bin").write_bytes(model_src["bin"].read_bytes())
+    run = libgen(sdk, "-c", work / "renamed.cpp", "-b", work / "renamed.bin", "-t",
+                 "x86_64-linux-clang", "-o", work / "lib")
+    assert run.code == 0, run.text
+    payload = read_standin_payload(work / "lib/x86_64-linux-clang/librenamed.so")
+    assert payload["graph_name"] == "tiny_w8a16" and payload.get("onnx_b64")
+    # a source the stand-in converter never wrote still builds, without a model
+    (work / "foreign.cpp").write_text("// not from the converter\n")
+    run = libgen(sdk, "-c", work / "foreign.cpp", "-t", "x86_64-linux-clang", "-o", work / "l2")
+    assert run.code == 0 and "WARNING" in run.text
+    assert "onnx_b64" not in read_standin_payload(work / "l2/x86_64-linux-clang/libqnn_model.so")
