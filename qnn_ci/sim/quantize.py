@@ -41,12 +41,15 @@ class QuantSettings:
     act_calibration: str | None = None
     percentile: float | None = None
     overrides: Path | None = None          # AIMET .encodings
+    float_fallback: bool = False
+    param_calibration: str | None = None
 
     @classmethod
     def from_spec(cls, q: Any) -> QuantSettings:
         """From a ``qnn_ci.spec.QuantizationSpec``."""
         return cls(q.act_bitwidth, q.weights_bitwidth, q.bias_bitwidth, q.per_channel,
-                   q.act_calibration, q.percentile, q.overrides)
+                   q.act_calibration, q.percentile, q.overrides, q.float_fallback,
+                   q.param_calibration)
 
 
 @dataclass
@@ -111,6 +114,14 @@ def _notes(s: QuantSettings) -> list[Finding]:
         notes.append(Finding("sim.quantize.bias", f"bias bitwidth {s.bias_bitwidth} asked; "
                              "onnxruntime's QDQ quantizer always writes 32-bit biases",
                              Severity.WARNING))
+    if s.float_fallback:
+        notes.append(Finding("sim.quantize.float_fallback", "float_fallback asked: the "
+                             "simulator path quantizes every op (it cannot know which the "
+                             "converter would leave float)", Severity.INFO))
+    if s.param_calibration and s.param_calibration.lower() not in ("min-max", "minmax"):
+        notes.append(Finding("sim.quantize.param_calibration", f"param_calibration "
+                             f"{s.param_calibration!r}: onnxruntime quantizes weights by "
+                             "min-max on this path", Severity.WARNING))
     if s.weights_bitwidth == 4 and not s.per_channel:
         notes.append(Finding("sim.quantize.per_channel", "4-bit weights: quantized per-channel "
                              "(signed, symmetric), the only 4-bit form the HTP EP accepts",

@@ -110,6 +110,12 @@ def test_unsupported_bitwidths_are_user_errors(graphs: dict[str, Path], tmp_path
 def test_settings_the_path_cannot_honour_are_warned(graphs: dict[str, Path], tmp_path: Path,
                                                     conv_feeds) -> None:
     res = quantize_for_htp(graphs["conv"], tmp_path / "c.qdq.onnx", conv_feeds(1),
-                           QuantSettings(bias_bitwidth=8, act_calibration="sqnr"))
+                           QuantSettings(bias_bitwidth=8, act_calibration="sqnr",
+                                         param_calibration="sqnr", float_fallback=True))
     warned = {f.check for f in res.findings if f.severity == Severity.WARNING}
-    assert {"sim.quantize.bias", "sim.quantize.calibration"} <= warned
+    assert {"sim.quantize.bias", "sim.quantize.calibration",
+            "sim.quantize.param_calibration"} <= warned
+    assert "sim.quantize.float_fallback" in {f.check for f in res.findings}
+    spec = QuantizationSpec(float_fallback=True, per_channel=True, act_bitwidth=8)
+    assert QuantSettings.from_spec(spec) == QuantSettings(act_bitwidth=8, per_channel=True,
+                                                          float_fallback=True)
