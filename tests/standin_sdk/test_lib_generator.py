@@ -185,6 +185,7 @@ def test_backend_libraries_for_a_board_folder(sdk: Path) -> None:
         lib = sdk / "lib/aarch64-oe-linux-gcc11.2" / name
         assert read_elf_machine(lib) == (2, 1, 3, 183)
         assert b"QNN_SDK_VERSION=2.31.0" in lib.read_bytes()
+    assert "version: 2.31.0.250130\n" in (sdk / "sdk.yaml").read_text()
 
 
 def test_payload_runs_the_converted_classifier(sdk: Path, esdk: Path, cls_model: Path,
