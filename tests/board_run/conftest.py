@@ -3,9 +3,6 @@ and a "board" = the stand-in qnn-net-run folder reached over a real sshd."""
 
 from __future__ import annotations
 
-import base64
-import json
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -54,27 +51,6 @@ def build_cnn(path: Path, *, seed: int = 1) -> Path:
     return path
 
 
-def build_library(model: Path, out: Path, *, sdk_version: str = "2.31.0",
-                  act_bitwidth: int = 16, machine: int = 183) -> Path:
-    """A stand-in lib<name>.so in the documented format (ELF header + trailer)."""
-    m = onnx.load(str(model))
-    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
-    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, machine, 1, 0, 64, 0, 0, 64, 56, 0,
-                                 64, 0, 0)
-    payload = json.dumps({
-        "onnx_b64": base64.b64encode(model.read_bytes()).decode(),
-        "act_bitwidth": act_bitwidth, "weights_bitwidth": 8, "sdk_version": sdk_version,
-        "graph_name": m.graph.name,
-        "inputs": [{"name": "x", "dtype": "float32", "dims": list(INPUT_SHAPE)}],
-        "outputs": [{"name": n, "sanitized": n.replace("/", "_").replace(":", "_"),
-                     "dims": list(s)} for n, s in OUTPUTS.items()],
-    }).encode()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(header + b"\0" * 128 + b"QNNCI-STANDIN\0" + struct.pack("<Q", len(payload))
-                    + payload)
-    return out
-
-
 def write_samples(folder: Path, n: int, *, stem: str = "x", seed: int = 7,
                   sizes: dict[int, int] | None = None) -> Path:
     """n samples as .raw files plus an input list with absolute `x:=path` entries;
@@ -93,13 +69,9 @@ def write_samples(folder: Path, n: int, *, stem: str = "x", seed: int = 7,
 
 
 @pytest.fixture(scope="session")
-def cnn_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_cnn(tmp_path_factory.mktemp("model") / "cnn.onnx")
-
-
-@pytest.fixture(scope="session")
-def library(cnn_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_library(cnn_model, tmp_path_factory.mktemp("lib") / "libcnn.so")
+def library(built: StandinBuild) -> Path:
+    """The CNN's aarch64 model library, made by the stand-in SDK."""
+    return built.library
 
 
 @pytest.fixture(scope="session")
@@ -154,3 +126,50 @@ def board(sshd_server: SshServer, tmp_path: Path) -> Iterator[Board]:
     leftovers = sshd_server.remote_pids()
     sshd_server.kill_remote()
     assert not leftovers, f"processes left on the board: {leftovers}"
+
+
+@dataclass(frozen=True)
+class StandinBuild:
+    model: Path            # the pinned ONNX model
+    calibration: Path      # its calibration input list
+    held_out: Path         # held-out samples
+    cpp: Path
+    net_json: Path
+    library: Path          # aarch64 lib<name>.so from the stand-in qnn-model-lib-generator
+    library_x86: Path      # the same for x86_64-linux-clang (does not load on the board)
+    sdk_version: str
+
+
+def standin_build(folder: Path, *, sdk_version: str = "2.31.0") -> StandinBuild:
+    """Convert the CNN with the stand-in SDK (W8A16, bias 32) and build its aarch64
+    library with the stand-in lib generator, sourcing the eSDK first."""
+    import subprocess
+
+    from fixtures.qairt_standin import make_esdk, make_sdk
+
+    sdk = make_sdk(folder / "sdk", sdk_version)
+    esdk = make_esdk(folder / "esdk")
+    model = build_cnn(folder / "cnn.onnx")
+    cal = write_samples(folder / "cal", 4, seed=3)
+    held = write_samples(folder / "held", 2, seed=11)
+    out = folder / "out"
+    script = f"""set -e
+unset LD_LIBRARY_PATH
+source "$1"
+source "$2/bin/envsetup.sh"
+qnn-onnx-converter -i "$3" -d x {','.join(map(str, INPUT_SHAPE))} -o "$4/cnn.cpp" \\
+    --input_list "$5" --act_bitwidth 16 --weights_bitwidth 8 --bias_bitwidth 32
+qnn-model-lib-generator -c "$4/cnn.cpp" -b "$4/cnn.bin" -o "$4/lib" \\
+    -t aarch64-oe-linux-gcc11.2 x86_64-linux-clang -l cnn
+"""
+    res = subprocess.run(["bash", "-c", script, "build", str(esdk), str(sdk), str(model),
+                          str(out), str(cal)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return StandinBuild(model, cal, held, out / "cnn.cpp", out / "cnn_net.json",
+                        out / "lib" / "aarch64-oe-linux-gcc11.2" / "libcnn.so",
+                        out / "lib" / "x86_64-linux-clang" / "libcnn.so", sdk_version)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> StandinBuild:
+    return standin_build(tmp_path_factory.mktemp("standin"))

@@ -17,7 +17,7 @@ from tests.board_run.conftest import (
     HOSTILE,
     OUTPUTS,
     Board,
-    build_library,
+    StandinBuild,
     write_samples,
 )
 
@@ -125,7 +125,7 @@ def test_disk_full_is_reported_with_the_tool_text(board: Board, library: Path,
 
 
 def test_load_failures_and_execution_failures_are_told_apart(
-        board: Board, library: Path, cnn_model: Path, tmp_path: Path) -> None:
+        board: Board, library: Path, built: StandinBuild, tmp_path: Path) -> None:
     lst = write_samples(tmp_path / "in", 2)
     # backend library not where the board declaration says
     missing = board.with_config(qnn_lib_dir=str(board.folder / "nolib"))
@@ -134,8 +134,7 @@ def test_load_failures_and_execution_failures_are_told_apart(
     assert f"Could not load backend : {board.folder}/nolib/libQnnCpu.so!" in \
         result.findings[-1].message
     # a library built for x86-64: the model does not load
-    x86 = build_library(cnn_model, tmp_path / "x86" / "libcnn.so", machine=62)
-    result = _run(board, x86, lst, tmp_path / "wd2", backends=("htp",))
+    result = _run(board, built.library_x86, lst, tmp_path / "wd2", backends=("htp",))
     assert _checks(result) == ["board.load_model"]
     assert "Could not load model" in result.findings[0].message
     # loads, but an input of the wrong size makes the graph fail

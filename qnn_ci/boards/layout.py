@@ -1,0 +1,160 @@
+"""Graph input/output layout on the board vs in ONNX.
+
+qnn-onnx-converter moves rank-4 tensors to spatial-first order by default: an
+ONNX input declared ``1,4,512,512`` (NCHW) is a ``{1, 512, 512, 4}`` (NHWC)
+application tensor in a real 2.31 ``.cpp``. qnn-net-run then reads raw inputs
+and writes raw outputs in THAT order. Feeding NCHW bytes to an NHWC input has
+the right size, so nothing fails: the board computes on scrambled data — a fast
+wrong answer. So the board run transposes inputs into the board's order before
+pushing them and transposes outputs back to ONNX order after pulling them.
+
+The board's order comes from the converter's ``_net.json`` (app-write tensors =
+graph inputs, app-read = graph outputs, names sanitised). A tensor whose board
+dims equal the ONNX dims with axis 1 moved last is spatial-first; equal dims are
+kept as they are; when both readings fit (e.g. ``1,8,8,8``), rank 4 is taken as
+spatial-first (the converter's default) and said so.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from qnn_ci.calibration.input_list import read_raw, write_raw
+from qnn_ci.calibration.sources import Expected
+from qnn_ci.compare.outputs import sanitize
+from qnn_ci.results import Finding, Severity
+from qnn_ci.sdk.net_json import read_net_json
+
+log = logging.getLogger(__name__)
+
+APP_WRITE, APP_READ = 0, 1
+
+
+def spatial_first(rank: int) -> tuple[int, ...]:
+    """The permutation NC... -> N...C (axis 1 moved last)."""
+    return (0, *range(2, rank), 1)
+
+
+def inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argsort(perm))
+
+
+@dataclass
+class IoLayout:
+    """Permutations from ONNX order to the board's order (only tensors that move)."""
+
+    perms: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if not self.perms:
+            return "board I/O in ONNX order"
+        return "transposed on the board: " + ", ".join(
+            f"{n} {list(p)}" for n, p in sorted(self.perms.items()))
+
+
+def _perm_for(name: str, onnx: tuple[int, ...], board: list[int],
+              findings: list[Finding]) -> tuple[int, ...] | None:
+    if len(onnx) < 3 or len(board) != len(onnx):
+        if list(onnx) != board:
+            findings.append(Finding(
+                "board.layout_unknown", f"{name}: board dims {board} do not match ONNX "
+                f"dims {list(onnx)}; its data is passed as is", Severity.WARNING, name))
+        return None
+    perm = spatial_first(len(onnx))
+    moved = [onnx[i] for i in perm]
+    if board == moved and moved != list(onnx):
+        return perm
+    if board == list(onnx) and moved != list(onnx):
+        return None
+    if board == list(onnx):            # both readings fit
+        if len(onnx) == 4:
+            findings.append(Finding(
+                "board.layout_ambiguous", f"{name}: dims {list(onnx)} read the same in NCHW "
+                "and NHWC; taken as NHWC on the board (the converter's default)",
+                Severity.INFO, name))
+            return perm
+        return None
+    findings.append(Finding(
+        "board.layout_unknown", f"{name}: board dims {board} are neither the ONNX dims "
+        f"{list(onnx)} nor their spatial-first order {moved}; its data is passed as is",
+        Severity.WARNING, name))
+    return None
+
+
+def board_layout(net_json: Path | None, inputs: dict[str, tuple[int, ...]],
+                 outputs: dict[str, tuple[int, ...] | None]) -> IoLayout:
+    """Which graph inputs/outputs the board holds in another order than ONNX."""
+    layout = IoLayout()
+    if net_json is None or not Path(net_json).is_file():
+        layout.findings.append(Finding(
+            "board.layout_unknown", "no converter _net.json: board inputs and outputs are "
+            "assumed to be in ONNX order", Severity.WARNING))
+        return layout
+    nj = read_net_json(Path(net_json))
+    io = {t.name: t for t in nj.tensors if t.type_code in (APP_WRITE, APP_READ)}
+    for name, shape in list(inputs.items()) + list(outputs.items()):
+        tensor = io.get(name) or io.get(sanitize(name))
+        if shape is None:
+            continue
+        if tensor is None or tensor.dims is None:
+            layout.findings.append(Finding(
+                "board.layout_unknown", f"{name}: not found among the graph inputs/outputs "
+                f"of {net_json}; its data is passed as is", Severity.WARNING, name))
+            continue
+        perm = _perm_for(name, tuple(shape), list(tensor.dims), layout.findings)
+        if perm is not None:
+            layout.perms[name] = perm
+    return layout
+
+
+def board_inputs(samples: list[dict[str, Path]], inputs: list[Expected],
+                 layout: IoLayout, out_dir: Path) -> list[dict[str, Path]]:
+    """Samples with every moved input rewritten in the board's order (others as is)."""
+    if not any(e.name in layout.perms for e in inputs):
+        return samples
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = []
+    for n, sample in enumerate(samples):
+        new = dict(sample)
+        for k, e in enumerate(inputs):
+            perm = layout.perms.get(e.name)
+            if perm is None:
+                continue
+            arr = read_raw(sample[e.name], e.dtype, e.shape)
+            target = out_dir / f"s{n}_i{k}.raw"
+            write_raw(np.transpose(arr, perm), target, e.dtype)
+            new[e.name] = target
+        result.append(new)
+    return result
+
+
+def outputs_to_onnx_order(out_dir: Path, outputs: dict[str, tuple[int, ...] | None],
+                          layout: IoLayout) -> int:
+    """Transpose moved outputs in ``out_dir/Result_N`` back to ONNX order, in place
+    (float and native files alike; a file of the wrong size is left for the size
+    checks to report). Returns the number of files rewritten."""
+    done = 0
+    for name, shape in outputs.items():
+        perm = layout.perms.get(name)
+        if perm is None or shape is None:
+            continue
+        board_shape = tuple(shape[i] for i in perm)
+        count = math.prod(shape)
+        for path in sorted(out_dir.glob(f"Result_*/{sanitize(name)}*.raw")):
+            stem = path.name[:-4]
+            if stem not in (sanitize(name), f"{sanitize(name)}_native"):
+                continue
+            size = path.stat().st_size
+            if count == 0 or size == 0 or size % count:
+                continue
+            raw = np.fromfile(path, dtype=np.dtype(f"V{size // count}"))
+            np.ascontiguousarray(raw.reshape(board_shape).transpose(inverse(perm))).tofile(
+                path)
+            done += 1
+    return done

@@ -1,0 +1,182 @@
+"""Stage `htp_vs_cpu`: run held-out samples (else a few calibration samples) on
+the board's CPU backend (the reference) and HTP backend (the target) with
+identical inputs, and compare: HTP vs CPU against the export's thresholds, and
+both against the fp32 pinned model in onnxruntime with the accuracy rule (the
+HTP must be at least as accurate as the CPU backend, within a tolerance).
+A fast wrong answer is the failure this stage exists to catch.
+
+The CPU backend is also held to the thresholds against fp32 onnxruntime: if the
+reference is wrong, the conversion (or the data layout on the board) is wrong.
+Inputs go to the board in the converter's layout (spatial-first rank-4 tensors,
+read from the convert stage's ``_net.json``) and outputs come back in ONNX order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.boards.layout import board_inputs, board_layout, outputs_to_onnx_order
+from qnn_ci.boards.netrun import run_on_board, select_samples
+from qnn_ci.boards.reference import write_reference_outputs
+from qnn_ci.boards.result_files import ExpectedOutput
+from qnn_ci.boards.session import board_session
+from qnn_ci.calibration.input_list import write_input_list
+from qnn_ci.calibration.sources import Expected
+from qnn_ci.compare import (
+    DEFAULT_TOLERANCE,
+    Comparison,
+    accuracy_rule,
+    compare_sets,
+    load_output_set,
+    sanitize,
+)
+from qnn_ci.errors import ToolError
+from qnn_ci.results import Finding, Severity, StageResult
+from qnn_ci.spec import ExportSpec, Thresholds
+from qnn_ci.stage import Environment, Stage, StageContext
+from qnn_ci.stages import board_common
+from qnn_ci.transport.base import TransportError
+
+log = logging.getLogger(__name__)
+
+MAX_CALIBRATION_SAMPLES = 8      # when no held-out samples exist
+# Missing / short / NaN output files are already named, per backend and sample,
+# by the board run's own checks; the comparison would only repeat them.
+_REPEATS = ("compare.missing", "compare.short", "compare.nan_inf")
+
+
+class HtpVsCpuStage(Stage):
+    name = "htp_vs_cpu"
+    needs = ("so_load", "calibration", "static_shapes", "convert")
+    marker = "qnn_board"
+    settings = ("board", "thresholds")
+    cache_failures = False
+
+    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
+        return board_common.unavailable(export, env)
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        return board_common.fingerprint(ctx)
+
+    def run(self, ctx: StageContext) -> StageResult:
+        export, board = ctx.export, board_common.the_board(ctx)
+        so_load, cal = ctx.upstream["so_load"], ctx.upstream["calibration"]
+        shapes = ctx.upstream["static_shapes"]
+        inputs = [Expected(n, i["dtype"], tuple(i["shape"]))
+                  for n, i in cal.data["inputs"].items()]
+        names = [i.name for i in inputs]
+        findings: list[Finding] = []
+        held = cal.artefacts.get("held_out_list")
+        if held and Path(held).is_file():
+            source, which, cap = Path(held), "held-out", None
+        else:
+            source, which = Path(cal.artefacts["input_list"]), "calibration"
+            cap = MAX_CALIBRATION_SAMPLES
+            findings.append(Finding(
+                "board.no_held_out", "no held-out samples: compared on calibration samples, "
+                "which flatters the quantized model (keep some back: calibration.held_out)",
+                Severity.WARNING))
+        _, samples = select_samples(source, names, cap)
+        outputs = shapes.data.get("outputs") or []
+        out_shapes = {o["name"]: tuple(o["shape"]) if o.get("shape") else None
+                      for o in outputs}
+        net_json = ctx.upstream["convert"].artefacts.get("net_json")
+        layout = board_layout(Path(net_json) if net_json else None,
+                              {i.name: i.shape for i in inputs}, out_shapes)
+        findings += layout.findings
+        board_list = ctx.workdir / "board_input_list.txt"
+        write_input_list(board_list,
+                         board_inputs(samples, inputs, layout, ctx.workdir / "board_inputs"),
+                         names)
+        expected_files = [ExpectedOutput(o["name"], sanitize(o["name"]),
+                                         math.prod(o["shape"]) if o.get("shape") else None)
+                          for o in outputs]
+        expected = {o["name"]: ("float32", tuple(o["shape"]) if o.get("shape") else None)
+                    for o in outputs}
+        try:
+            with board_session(board, ctx.env.environ) as transport:
+                nr = run_on_board(transport, board, library=Path(so_load.data["library"]),
+                                  input_list=board_list, input_names=names,
+                                  workdir=ctx.workdir,
+                                  library_sdk_version=so_load.data.get("sdk_version"),
+                                  expected_outputs=expected_files or None)
+        except (TransportError, ToolError) as exc:
+            return board_common.board_error_result(self.name, board, exc)
+        findings += nr.findings
+        properties = board_common.run_properties(nr) | {"sample_source": which,
+                                                        "layout": layout.describe()}
+        cpu_dir, htp_dir = nr.output_dir("cpu"), nr.output_dir("htp")
+        for out_dir in (cpu_dir, htp_dir):
+            if out_dir is not None:
+                outputs_to_onnx_order(out_dir, out_shapes, layout)
+        data: dict[str, Any] = {"board_run": nr.to_dict()}
+        summary = board_common.first_error(findings)
+        if cpu_dir is not None and htp_dir is not None and nr.reachable:
+            truth_dir = write_reference_outputs(Path(shapes.artefacts["model"]), samples,
+                                                inputs, ctx.workdir / "out_fp32")
+            cpu, htp = load_output_set(cpu_dir), load_output_set(htp_dir)
+            truth = load_output_set(truth_dir)
+            comp = compare_sets(cpu, htp, export.thresholds, expected=expected)
+            findings += _labelled(comp.findings, "HTP vs CPU backend")
+            rule = accuracy_rule(truth, cpu, htp, DEFAULT_TOLERANCE)
+            findings += _labelled([f for f in rule if f.severity != Severity.INFO],
+                                  "accuracy rule vs fp32")
+            held_rule = sum(f.check == "compare.accuracy" and f.severity == Severity.INFO
+                            for f in rule)
+            checked = sum(f.check == "compare.accuracy" for f in rule)
+            vs_truth = {"cpu": compare_sets(truth, cpu, export.thresholds, expected=expected),
+                        "htp": compare_sets(truth, htp, Thresholds(default={}),
+                                            expected=expected)}
+            findings += _labelled(vs_truth["cpu"].findings, "CPU backend vs fp32 onnxruntime")
+            properties |= _metric_properties(comp, "htp_vs_cpu")
+            for backend, c in vs_truth.items():
+                properties |= _metric_properties(c, f"{backend}_vs_fp32", ("cosine",))
+            properties["accuracy_rule"] = f"held on {held_rule} of {checked}"
+            data |= {"comparison": comp.to_dict(),
+                     "vs_fp32": {k: v.to_dict() for k, v in vs_truth.items()}}
+            if summary is None:
+                errors = [f for f in findings if f.severity == Severity.ERROR]
+                summary = (f"HTP vs CPU on board {board.name}, {nr.samples} {which} "
+                           f"sample(s): {comp.summary_line()}; accuracy rule held on "
+                           f"{held_rule} of {checked}")
+                if errors:
+                    summary = f"{summary}; {errors[0].message}"
+        report = ctx.workdir / "htp_vs_cpu.json"
+        report.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+        artefacts = {"report": str(report)}
+        for backend in ("cpu", "htp"):
+            out = nr.output_dir(backend)
+            if out is not None:
+                artefacts[f"{backend}_outputs"] = str(out)
+        return StageResult(self.name, board_common.status_of(findings),
+                           summary or "no outputs to compare", findings,
+                           properties=properties, artefacts=artefacts, data=data)
+
+
+def _labelled(found: list[Finding], label: str) -> list[Finding]:
+    """Findings of one comparison, said which comparison they come from; without
+    the file problems the board run's own checks already named."""
+    return [replace(f, message=f"{label}: {f.message}") for f in found
+            if f.check not in _REPEATS]
+
+
+def _metric_properties(comp: Comparison, prefix: str,
+                       metrics: tuple[str, ...] = ("cosine", "max_abs", "snr")
+                       ) -> dict[str, Any]:
+    """Per output, the worst value over samples: ``<prefix>.<output>.<metric>``."""
+    props: dict[str, Any] = {}
+    for out in comp.outputs:
+        for metric in metrics:
+            values = [s.metrics.value(metric) for s in out.samples if s.metrics]
+            values = [v for v in values if v is not None and not math.isnan(v)]
+            if not values:
+                continue
+            worst = max(values) if metric in ("max_abs", "mean_abs") else min(values)
+            props[f"{prefix}.{out.name}.{metric}"] = round(worst, 6) if math.isfinite(
+                worst) else str(worst)
+    return props

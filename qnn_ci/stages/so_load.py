@@ -1,0 +1,70 @@
+"""Stage `so_load`: push the model library to the board and run ONE inference
+with qnn-net-run on each backend (CPU, HTP). Tells "could not load the backend /
+model" apart from an execution failure, and reports the board's QNN version next
+to the SDK the library was built with."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.boards.netrun import run_on_board
+from qnn_ci.boards.session import board_session
+from qnn_ci.errors import ToolError
+from qnn_ci.results import StageResult
+from qnn_ci.spec import ExportSpec
+from qnn_ci.stage import Environment, Stage, StageContext
+from qnn_ci.stages import board_common
+from qnn_ci.transport.base import TransportError
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("cpu", "htp")
+
+
+class SoLoadStage(Stage):
+    name = "so_load"
+    needs = ("model_lib", "calibration")
+    marker = "qnn_board"
+    settings = ("board",)
+    cache_failures = False
+
+    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
+        return board_common.unavailable(export, env)
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        return board_common.fingerprint(ctx)
+
+    def run(self, ctx: StageContext) -> StageResult:
+        board = board_common.the_board(ctx)
+        lib, cal = ctx.upstream["model_lib"], ctx.upstream["calibration"]
+        library = Path(lib.artefacts["library"])
+        sdk_version = lib.data.get("sdk_version")
+        names = list(cal.data["inputs"])
+        try:
+            with board_session(board, ctx.env.environ) as transport:
+                nr = run_on_board(transport, board, library=library,
+                                  input_list=Path(cal.artefacts["input_list"]),
+                                  input_names=names, backends=BACKENDS, workdir=ctx.workdir,
+                                  max_samples=1, library_sdk_version=sdk_version)
+        except (TransportError, ToolError) as exc:
+            return board_common.board_error_result(self.name, board, exc)
+        report = ctx.workdir / "so_load.json"
+        report.write_text(json.dumps(nr.to_dict(), indent=2), encoding="utf-8")
+        version = nr.board_version.version if nr.board_version else None
+        error = board_common.first_error(nr.findings)
+        summary = error or (
+            f"{library.name} loaded and ran 1 inference on "
+            f"{' and '.join(b.upper() for b in BACKENDS)} on board {board.name} "
+            f"(board QNN {version or 'unknown'}, built with SDK {sdk_version or 'unknown'})")
+        artefacts = {"report": str(report), "library": str(library)}
+        for name, outcome in nr.backends.items():
+            if outcome.log:
+                artefacts[f"{name}_log"] = str(outcome.log)
+        return StageResult(
+            self.name, board_common.status_of(nr.findings), summary, list(nr.findings),
+            properties=board_common.run_properties(nr), artefacts=artefacts,
+            data={"board": board.name, "board_qnn_version": version,
+                  "sdk_version": sdk_version, "library": str(library)})
