@@ -113,3 +113,12 @@ def test_out_of_threshold_numerics_exit_1(capsys, graphs, tmp_path: Path, conv_f
     assert code == 1
     assert "numerics: 1 calibration (no --test-inputs) sample(s)" in out
     assert "[compare.threshold] y sample 0: max_abs" in out
+
+
+def test_default_out_folder_is_qnn_ci_out_model(capsys, graphs, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _run(capsys, str(graphs["conv"]), "--soc", "SM8550")
+    assert code == 0
+    assert f"context binary: {tmp_path / 'qnn-ci-out' / 'conv' / 'conv_ctx_qnn.bin'}" in out
+    assert (tmp_path / "qnn-ci-out" / "conv" / "conv_ctx_qnn.bin").is_file()
