@@ -38,10 +38,11 @@ SOCS: tuple[SocInfo, ...] = (
     SocInfo("SA8295", 39, 39, 68, False, None, note="as SM8350"),
     SocInfo("SM8450", 36, 36, 69, True, None),
     SocInfo("SM8550", 43, 43, 73, True, None),
-    SocInfo("QCS8550", 66, None, 73, True, None, note="soc id 66: medium confidence"),
+    SocInfo("QCS8550", 66, 66, 73, True, None,
+            note="soc id 66: medium confidence; the simulator builds soc_type=QCS8550 arch 73"),
     SocInfo("SM8650", 57, 57, 75, True, None),
     SocInfo("SM8750", 69, 69, 79, True, None),
-    SocInfo("SM8850", 87, None, 81, True, None),
+    SocInfo("SM8850", 87, 87, 81, True, None, note="the simulator builds soc_type=SM8850 arch 81"),
 )
 
 _BY_NAME = {s.name.upper(): s for s in SOCS} | {a.upper(): s for s in SOCS for a in s.aliases}
