@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.adb_device import AdbDevice, AdbServer, adb_missing_reason
 from fixtures.sshd import SshServer, sshd_missing_reason
 
 
@@ -22,3 +23,30 @@ def sshd(tmp_path: Path) -> Iterator[SshServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def adb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdbServer]:
+    """A private adb server for the test session (never port 5037); killed at the end."""
+    reason = adb_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    server = AdbServer(tmp_path_factory.mktemp("adb-home"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def adb_device(tmp_path: Path, adb_server: AdbServer) -> Iterator[AdbDevice]:
+    """A device stand-in connected to the session's adb server."""
+    device = AdbDevice(tmp_path / "device")
+    device.start()
+    adb_server.connect(device.serial)
+    try:
+        yield device
+    finally:
+        adb_server.disconnect(device.serial)
+        device.stop()
