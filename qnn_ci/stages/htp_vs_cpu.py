@@ -45,6 +45,7 @@ from qnn_ci.transport.base import TransportError
 log = logging.getLogger(__name__)
 
 MAX_CALIBRATION_SAMPLES = 8      # when no held-out samples exist
+FLOAT_EXACT = 1e-5               # CPU-vs-fp32 max |err| / peak below which it ran in float
 # Missing / short / NaN output files are already named, per backend and sample,
 # by the board run's own checks; the comparison would only repeat them.
 _REPEATS = ("compare.missing", "compare.short", "compare.nan_inf")
@@ -123,29 +124,29 @@ class HtpVsCpuStage(Stage):
             truth = load_output_set(truth_dir)
             comp = compare_sets(cpu, htp, export.thresholds, expected=expected)
             findings += _labelled(comp.findings, "HTP vs CPU backend")
-            rule = accuracy_rule(truth, cpu, htp, DEFAULT_TOLERANCE)
-            findings += _labelled([f for f in rule if f.severity != Severity.INFO],
-                                  "accuracy rule vs fp32")
-            held_rule = sum(f.check == "compare.accuracy" and f.severity == Severity.INFO
-                            for f in rule)
-            checked = sum(f.check == "compare.accuracy" for f in rule)
             vs_truth = {"cpu": compare_sets(truth, cpu, export.thresholds, expected=expected),
                         "htp": compare_sets(truth, htp, Thresholds(default={}),
                                             expected=expected)}
             findings += _labelled(vs_truth["cpu"].findings, "CPU backend vs fp32 onnxruntime")
+            cpu_float = float_exact(vs_truth["cpu"])
+            rule = accuracy_rule(truth, cpu, htp, DEFAULT_TOLERANCE)
+            findings += _labelled([_advisory(f) if cpu_float else f for f in rule
+                                   if f.severity != Severity.INFO], "accuracy rule vs fp32")
+            held_rule = sum(f.check == "compare.accuracy" and f.severity == Severity.INFO
+                            for f in rule)
+            checked = sum(f.check == "compare.accuracy" for f in rule)
+            properties["cpu_backend"] = "float" if cpu_float else "quantized"
             properties |= _metric_properties(comp, "htp_vs_cpu")
             for backend, c in vs_truth.items():
                 properties |= _metric_properties(c, f"{backend}_vs_fp32", ("cosine",))
-            properties["accuracy_rule"] = f"held on {held_rule} of {checked}"
+            properties["accuracy_rule"] = f"held on {held_rule} of {checked}" + (
+                " (advisory: float CPU backend)" if cpu_float else "")
             data |= {"comparison": comp.to_dict(),
                      "vs_fp32": {k: v.to_dict() for k, v in vs_truth.items()}}
             if summary is None:
-                errors = [f for f in findings if f.severity == Severity.ERROR]
                 summary = (f"HTP vs CPU on board {board.name}, {nr.samples} {which} "
-                           f"sample(s): {comp.summary_line()}; accuracy rule held on "
-                           f"{held_rule} of {checked}")
-                if errors:
-                    summary = f"{summary}; {errors[0].message}"
+                           f"sample(s): {comp.summary_line()}; accuracy rule "
+                           f"{properties['accuracy_rule']}")
         report = ctx.workdir / "htp_vs_cpu.json"
         report.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
         artefacts = {"report": str(report)}
@@ -156,6 +157,30 @@ class HtpVsCpuStage(Stage):
         return StageResult(self.name, board_common.status_of(findings),
                            summary or "no outputs to compare", findings,
                            properties=properties, artefacts=artefacts, data=data)
+
+
+def float_exact(cpu_vs_fp32: Comparison) -> bool:
+    """True when the CPU backend reproduced fp32 onnxruntime to float rounding (every
+    |err| <= FLOAT_EXACT x the reference peak): it ran the graph in float, not the
+    quantized graph. A quantized run misses by at least half a 16-bit step
+    (~1.5e-5 of the peak), float runs by ~1e-7."""
+    compared = [s.metrics for o in cpu_vs_fp32.outputs for s in o.samples if s.metrics]
+    return bool(compared) and all(
+        m.max_abs is not None and m.max_abs <= FLOAT_EXACT * max(m.ref_peak, 1e-12)
+        for m in compared)
+
+
+def _advisory(f: Finding) -> Finding:
+    """The accuracy rule presumes the CPU side ran the same quantized graph (as in
+    onnxruntime's QNN EP tests). Against a float CPU run it only measures the
+    HTP's own quantization error, so a miss is a warning; the HTP-vs-CPU
+    thresholds are the gate."""
+    if f.check != "compare.accuracy" or f.severity != Severity.ERROR:
+        return f
+    return replace(f, severity=Severity.WARNING,
+                   message=f"{f.message} (advisory: the CPU backend ran in float, so this "
+                           "is the HTP's quantization error itself; the HTP-vs-CPU "
+                           "thresholds decide)")
 
 
 def _labelled(found: list[Finding], label: str) -> list[Finding]:
