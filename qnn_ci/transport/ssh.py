@@ -34,7 +34,7 @@ from paramiko.ssh_exception import (
 )
 
 from qnn_ci.boards.config import BoardConfig
-from qnn_ci.errors import ToolError
+from qnn_ci.errors import ToolError, UserError
 from qnn_ci.transport.base import CommandResult, TransportError
 from qnn_ci.transport.remote_shell import (
     kill_group_command,
@@ -108,7 +108,11 @@ class SshTransport:
             "timeout": t, "banner_timeout": t, "auth_timeout": t, "channel_timeout": t,
         }
         if b.key_file:
-            kwargs["key_filename"] = str(Path(b.key_file).expanduser())
+            key = Path(b.key_file).expanduser()
+            if not key.is_file():
+                raise UserError(f"board {b.name}: key file {key} does not exist",
+                                key=f"boards.{b.name}.key_file")
+            kwargs["key_filename"] = str(key)
         conn = Connection(b.host, user=b.user, port=b.port, config=config,  # type: ignore[arg-type]
                           connect_kwargs=kwargs)
         client = conn.client
