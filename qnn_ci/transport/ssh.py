@@ -47,6 +47,9 @@ from qnn_ci.transport.remote_shell import (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _SMALL_OP_TIMEOUT = 60.0
+# paramiko's key type name -> ssh-keyscan -t name
+_KEYSCAN_TYPES = {"ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "ecdsa-sha2-nistp256": "ecdsa",
+                  "ecdsa-sha2-nistp384": "ecdsa", "ecdsa-sha2-nistp521": "ecdsa"}
 
 
 class _UnknownHostKey(SSHException):
@@ -173,9 +176,10 @@ class SshTransport:
         kh = self.known_hosts_path
         if isinstance(exc, _UnknownHostKey):
             ktype = exc.key.get_name()
+            scan_type = _KEYSCAN_TYPES.get(ktype, ktype)
             return (f"board {b.name}: the host key of {exc.hostname} ({ktype} "
                     f"{fingerprint(exc.key)}) is not in {kh}; after checking the fingerprint "
-                    f"on the board, add it with `ssh-keyscan -p {b.port} -t {ktype} {b.host} "
+                    f"on the board, add it with `ssh-keyscan -p {b.port} -t {scan_type} {b.host} "
                     f">> {kh}` (or set known_hosts: to a file that has it, or "
                     "host_key_policy: accept-new to trust it on first connect)")
         if isinstance(exc, BadHostKeyException):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -181,6 +183,11 @@ def test_unknown_host_key_is_rejected(sshd: SshServer, tmp_path: Path) -> None:
     msg = str(info.value)
     assert "is not in" in msg and "ssh-keyscan -p" in msg and "SHA256:" in msg
     assert sshd.connection_count() == before + 1         # not retried
+    # the suggested fix works as written
+    command = re.search(r"`(ssh-keyscan [^`]*)`", msg).group(1)  # type: ignore[union-attr]
+    subprocess.run(command, shell=True, check=True, capture_output=True, timeout=30)
+    assert t.run(["true"], timeout=10).exit_code == 0
+    t.close()
     missing = SshTransport(sshd.board(known_hosts=tmp_path / "nope"))
     with pytest.raises(TransportError, match="is not in"):
         missing.run(["true"], timeout=10)
@@ -195,6 +202,13 @@ def test_accept_new_saves_then_reject_accepts(sshd: SshServer, tmp_path: Path) -
     strict = SshTransport(sshd.board(known_hosts=kh))
     assert strict.run(["true"], timeout=10).exit_code == 0
     strict.close()
+    # ignore: any key, nothing saved (unsafe, for throwaway lab boards only)
+    sshd.rotate_host_key()
+    empty = tmp_path / "never_written"
+    lax = SshTransport(sshd.board(known_hosts=empty, host_key_policy="ignore"))
+    assert lax.run(["true"], timeout=10).exit_code == 0
+    lax.close()
+    assert not empty.exists()
 
 
 def test_changed_host_key_is_rejected(sshd: SshServer) -> None:
@@ -205,6 +219,12 @@ def test_changed_host_key_is_rejected(sshd: SshServer) -> None:
             t.run(["true"], timeout=10)
         assert "CHANGED" in str(info.value) and "man-in-the-middle" in str(info.value)
         assert "ssh-keygen -R" in str(info.value)
+    # the suggested fix works: drop the old key, add the new one
+    command = re.search(r"`(ssh-keygen -R [^`]*)`", str(info.value)).group(1)  # type: ignore[union-attr]
+    subprocess.run(command, shell=True, check=True, capture_output=True, timeout=30)
+    t = SshTransport(sshd.board(host_key_policy="accept-new"))
+    assert t.run(["true"], timeout=10).exit_code == 0
+    t.close()
 
 
 def test_wrong_client_key_is_not_retried(sshd: SshServer, tmp_path: Path) -> None:
