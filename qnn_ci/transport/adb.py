@@ -218,6 +218,8 @@ class AdbTransport:
                 chunk = conn.conn.recv(n - len(buf))
             except TimeoutError:
                 return None
+            except OSError:          # reset mid-command: a drop, never a reason to re-run
+                chunk = b""
             if not chunk:
                 return buf if not exact else (b"" if not buf else None)
             buf += chunk

@@ -171,3 +171,22 @@ def test_starts_its_own_adb_server(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     finally:
         server.stop()
         device.stop()
+
+
+def test_device_lost_mid_command_is_not_rerun(adb: AdbTransport, adb_device: AdbDevice) -> None:
+    counter = adb_device.root / "runs"
+    out: dict[str, object] = {}
+
+    def attempt() -> None:
+        out["result"] = adb.run(["sh", "-c", f"echo run >> '{counter}'; sleep 60"], timeout=60)
+
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    _wait_until(counter.exists, "the command to start")
+    adb_device.stop()
+    t.join(60)
+    assert not t.is_alive(), "hung"
+    result = out["result"]
+    assert result.exit_code == -1 and not result.timed_out  # type: ignore[attr-defined]
+    assert "connection to board phone lost" in result.stderr  # type: ignore[attr-defined]
+    assert counter.read_text() == "run\n"
