@@ -121,8 +121,9 @@ def _validate(ctx: _Ctx, data: Any) -> None:
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path),
                                                                  list(map(str, e.absolute_path))))
     if errors:
-        # The deepest, most specific error first: best_match picks it.
-        best = jsonschema.exceptions.best_match(errors)
+        # A misspelt key also makes a required key "missing": report the typo.
+        typos = [e for e in errors if e.validator == "additionalProperties"]
+        best = typos[0] if typos else jsonschema.exceptions.best_match(errors)
         key_path, message = _describe_schema_error(best)
         raise ctx.error(key_path, message)
 

@@ -220,3 +220,33 @@ def test_published_schema_is_valid_draft_2020_12() -> None:
 
     jsonschema.Draft202012Validator.check_schema(schema())
     assert main(["schema"]) == 0
+
+
+def test_published_schema_embeds_the_board_registry_schema() -> None:
+    from qnn_ci.boards.registry import BOARDS_SCHEMA
+
+    assert schema()["properties"]["boards"] == BOARDS_SCHEMA
+
+
+def test_board_errors_name_the_key(tmp_path: Path, model: Path) -> None:
+    p = write(tmp_path, """
+        boards:
+          rb3: {transport: ssh, hots: 10.0.0.2, key_file: m.onnx}
+        exports:
+          - name: a
+            model: m.onnx
+            board: rb3
+        """)
+    err = error_of(p)
+    assert err.line == 2 and "unknown key 'hots' (did you mean 'host'?)" in str(err)
+    p = write(tmp_path, """
+        boards:
+          rb3: {transport: ssh, host: 10.0.0.2, key_file: m.onnx}
+        exports:
+          - name: a
+            model: m.onnx
+            board: rb4
+        """)
+    err = error_of(p)
+    assert err.key == "exports[0].board" and "'rb4' is not declared" in str(err)
+    assert "did you mean 'rb3'" in str(err)
