@@ -12,6 +12,7 @@ from qnn_ci.boards.config import BoardConfig
 from qnn_ci.boards.lock import board_lock, default_runner_lock_dir
 from qnn_ci.spec import ExportSpec
 from qnn_ci.transport.base import Transport
+from qnn_ci.transport.factory import open_transport
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,6 @@ def board_session(board: BoardConfig, environ: Mapping[str, str], *,
     """An open transport to ``board`` holding the board's lock (runner side and on
     the board). Raises TransportError when the board cannot be reached and
     BoardLockedError when another run keeps it past ``lock_timeout``."""
-    from qnn_ci.transport.factory import open_transport
-
     transport = open_transport(board)
     try:
         timeout = board.timeout_s if lock_timeout is None else lock_timeout

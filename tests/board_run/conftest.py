@@ -16,6 +16,7 @@ from fixtures.qairt_standin.net_run import make_board
 from fixtures.sshd import SshServer, sshd_missing_reason
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.transport.base import Transport
+from qnn_ci.transport.factory import open_transport
 
 INPUT_SHAPE = (1, 3, 16, 16)
 OUTPUTS = {"logits": (1, 10), "feat/map:0": (1, 4, 16, 16)}   # graph output -> shape
@@ -102,15 +103,6 @@ class Board:
         return replace(self, config=replace(self.config, **changes))  # type: ignore[arg-type]
 
 
-def _open_transport(board: BoardConfig) -> Transport:
-    try:
-        from qnn_ci.transport.factory import open_transport
-    except ImportError:
-        from qnn_ci.transport.ssh import SshTransport
-        return SshTransport(board)
-    return open_transport(board)
-
-
 @pytest.fixture
 def board(sshd_server: SshServer, tmp_path: Path) -> Iterator[Board]:
     """A fresh stand-in board folder and work root, reached over the shared sshd."""
@@ -122,7 +114,7 @@ def board(sshd_server: SshServer, tmp_path: Path) -> Iterator[Board]:
         "standin", qnn_lib_dir=str(folder / "lib"),
         net_run=str(folder / "bin" / "qnn-net-run"), work_root=str(work_root),
         timeout_s=60.0)
-    yield Board(sshd_server, folder, config, _open_transport)
+    yield Board(sshd_server, folder, config, open_transport)
     leftovers = sshd_server.remote_pids()
     sshd_server.kill_remote()
     assert not leftovers, f"processes left on the board: {leftovers}"

@@ -1,0 +1,208 @@
+"""so_load and htp_vs_cpu end to end: stand-in SDK library, real sshd, stand-in board."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.qairt_standin.net_run import make_board, set_faults
+from fixtures.sshd import free_port
+from qnn_ci.results import Severity, StageResult, Status
+from qnn_ci.spec import ExportSpec, Thresholds
+from qnn_ci.stage import Environment, StageContext
+from qnn_ci.stages.htp_vs_cpu import HtpVsCpuStage
+from qnn_ci.stages.so_load import SoLoadStage
+from tests.board_run.conftest import INPUT_SHAPE, OUTPUTS, Board, StandinBuild
+
+
+def _export(built: StandinBuild, tmp_path: Path, *, board: str | None = "standin",
+            cosine: float = 0.999) -> ExportSpec:
+    return ExportSpec(name="cnn", model=built.model, manifest=tmp_path / "qnn-ci.yaml", line=1,
+                      board=board, thresholds=Thresholds(default={"cosine": cosine}))
+
+
+def _env(board: Board, tmp_path: Path) -> Environment:
+    return Environment(workdir=tmp_path / "qnn-ci-work", boards={board.config.name: board.config},
+                       environ={"QNN_CI_LOCK_DIR": str(tmp_path / "locks")})
+
+
+def _upstream(built: StandinBuild, *, held_out: bool = True,
+              net_json: bool = True) -> dict[str, StageResult]:
+    inputs = {"x": {"dtype": "float32", "shape": list(INPUT_SHAPE)}}
+    cal = {"input_list": str(built.calibration)}
+    if held_out:
+        cal["held_out_list"] = str(built.held_out)
+    convert = {"cpp": str(built.cpp)} | ({"net_json": str(built.net_json)} if net_json else {})
+    return {
+        "static_shapes": StageResult("static_shapes", Status.PASSED,
+                                     artefacts={"model": str(built.model)},
+                                     data={"inputs": [{"name": "x", "dtype": "float32",
+                                                       "shape": list(INPUT_SHAPE)}],
+                                           "outputs": [{"name": n, "dtype": "float32",
+                                                        "shape": list(s)}
+                                                       for n, s in OUTPUTS.items()]}),
+        "calibration": StageResult("calibration", Status.PASSED, artefacts=cal,
+                                   data={"inputs": inputs}),
+        "convert": StageResult("convert", Status.PASSED, artefacts=convert,
+                               data={"sdk_version": built.sdk_version}),
+        "model_lib": StageResult("model_lib", Status.PASSED,
+                                 artefacts={"library": str(built.library)},
+                                 data={"sdk_version": built.sdk_version}),
+    }
+
+
+def _ctx(export: ExportSpec, env: Environment, stage: str,
+         upstream: dict[str, StageResult]) -> StageContext:
+    workdir = env.workdir / export.name / stage
+    workdir.mkdir(parents=True, exist_ok=True)
+    return StageContext(export, env, workdir, upstream)
+
+
+def _so_load_then_compare(built: StandinBuild, board: Board, tmp_path: Path,
+                          **kw: object) -> tuple[StageResult, StageResult]:
+    export, env = _export(built, tmp_path), _env(board, tmp_path)
+    up = _upstream(built, **kw)  # type: ignore[arg-type]
+    so = SoLoadStage().run(_ctx(export, env, "so_load", up))
+    cmp_ = HtpVsCpuStage().run(_ctx(export, env, "htp_vs_cpu", up | {"so_load": so}))
+    return so, cmp_
+
+
+def _errors(result: StageResult) -> list[str]:
+    return [f.check for f in result.findings if f.severity == Severity.ERROR]
+
+
+def test_board_stages_pass_within_thresholds(built: StandinBuild, board: Board,
+                                             tmp_path: Path) -> None:
+    so, res = _so_load_then_compare(built, board, tmp_path)
+    assert so.status == Status.PASSED, so.failure_text()
+    assert so.properties["board"] == "standin"
+    assert so.properties["board_qnn_version"] == "2.31.0"
+    assert so.properties["sdk_version"] == "2.31.0"
+    assert so.properties["samples"] == 1
+    assert "loaded and ran 1 inference on CPU and HTP" in so.summary
+    assert res.status == Status.PASSED, res.failure_text()
+    props = res.properties
+    assert props["sample_source"] == "held-out" and props["samples"] == 2
+    assert "x [0, 2, 3, 1]" in props["layout"] and "feat/map:0 [0, 2, 3, 1]" in props["layout"]
+    # W8A16: close to the CPU backend but not identical; the CPU backend is exact
+    assert 0.999 < props["htp_vs_cpu.logits.cosine"] < 1.0
+    assert 0.999 < props["htp_vs_cpu.feat_map_0.cosine"] < 1.0
+    assert props["cpu_vs_fp32.logits.cosine"] == pytest.approx(1.0, abs=1e-6)
+    assert props["cpu_vs_fp32.feat_map_0.cosine"] == pytest.approx(1.0, abs=1e-6)
+    # the CPU backend ran in float: the accuracy rule only advises, the thresholds decide
+    assert props["cpu_backend"] == "float"
+    assert props["accuracy_rule"].endswith(" of 4 (advisory: float CPU backend)")
+    assert all(f.severity == Severity.WARNING and "(advisory: " in f.message
+               for f in res.findings if f.check == "compare.accuracy")
+    assert res.summary.startswith("HTP vs CPU on board standin, 2 held-out sample(s): worst")
+    assert sorted(p.name for p in board.work_root.iterdir()) == ["keep-me"]
+
+
+def test_a_fast_wrong_answer_fails_naming_output_and_sample(built: StandinBuild, board: Board,
+                                                            tmp_path: Path) -> None:
+    set_faults(board.folder, {"htp_wrong": {"backend": "htp", "amount": 0.5}})
+    so, res = _so_load_then_compare(built, board, tmp_path)
+    assert so.status == Status.PASSED          # it loads and runs: only numbers tell
+    assert res.status == Status.FAILED
+    errors = _errors(res)
+    assert set(errors) == {"compare.threshold"}
+    threshold = [f.message for f in res.findings if f.check == "compare.threshold"]
+    assert any(m.startswith("HTP vs CPU backend: logits sample 0: cosine ")
+               and "is below the minimum 0.999" in m for m in threshold), threshold
+    assert all("loosest passing bound: cosine=" in m for m in threshold)
+    assert res.properties["htp_vs_cpu.feat_map_0.cosine"] < 0.99
+    assert res.summary.startswith("HTP vs CPU on board standin, 2 held-out sample(s): "
+                                  "worst cosine ")
+    assert "accuracy rule held on 0 of 4 (advisory: float CPU backend)" in res.summary
+    assert "- [compare.threshold] HTP vs CPU backend: logits sample 1: cosine " in \
+        res.failure_text()
+
+
+def test_accuracy_rule_gates_when_the_cpu_backend_runs_the_quantized_graph(
+        built: StandinBuild, board: Board, tmp_path: Path) -> None:
+    set_faults(board.folder, {"cpu_quantized": True})
+    _, res = _so_load_then_compare(built, board, tmp_path)
+    assert res.status == Status.PASSED, res.failure_text()
+    assert res.properties["cpu_backend"] == "quantized"
+    assert res.properties["accuracy_rule"] == "held on 4 of 4"
+    set_faults(board.folder, {"cpu_quantized": True, "htp_wrong": {"amount": 0.02}})
+    _, res = _so_load_then_compare(built, board, tmp_path / "again")
+    assert res.status == Status.FAILED
+    rule = [f for f in res.findings if f.check == "compare.accuracy"]
+    assert rule and all(f.severity == Severity.ERROR for f in rule)
+    assert rule[0].message.startswith("accuracy rule vs fp32: ")
+    assert "the HTP is less accurate than the CPU backend" in rule[0].message
+
+
+def test_without_the_layout_the_cpu_reference_catches_scrambled_inputs(
+        built: StandinBuild, board: Board, tmp_path: Path) -> None:
+    """NCHW bytes fed to an NHWC graph input have the right size and run fine; HTP and
+    CPU agree on the garbage. Only the CPU-vs-fp32 check can see it."""
+    _so, res = _so_load_then_compare(built, board, tmp_path, net_json=False)
+    assert res.status == Status.FAILED
+    assert [f.check for f in res.findings if f.severity == Severity.WARNING] == \
+        ["board.layout_unknown"]
+    cpu_vs_fp32 = [f.message for f in res.findings
+                   if f.message.startswith("CPU backend vs fp32 onnxruntime: ")
+                   and f.severity == Severity.ERROR]
+    assert cpu_vs_fp32, res.failure_text()
+    assert res.properties["htp_vs_cpu.logits.cosine"] > 0.999    # consistent garbage
+
+
+def test_without_held_out_samples_calibration_samples_are_used(
+        built: StandinBuild, board: Board, tmp_path: Path) -> None:
+    _, res = _so_load_then_compare(built, board, tmp_path, held_out=False)
+    assert res.status == Status.PASSED, res.failure_text()
+    assert res.properties["sample_source"] == "calibration" and res.properties["samples"] == 4
+    warnings = {f.check for f in res.findings if f.severity == Severity.WARNING}
+    assert warnings <= {"board.no_held_out", "compare.accuracy"}
+    assert "board.no_held_out" in warnings
+
+
+def test_version_mismatch_is_flagged(built: StandinBuild, board: Board,
+                                     tmp_path: Path) -> None:
+    make_board(board.folder, sdk_version="2.27.0")
+    export, env = _export(built, tmp_path), _env(board, tmp_path)
+    so = SoLoadStage().run(_ctx(export, env, "so_load", _upstream(built)))
+    assert so.status == Status.PASSED
+    assert so.properties["board_qnn_version"] == "2.27.0"
+    (warn,) = [f for f in so.findings if f.check == "board.version_mismatch"]
+    assert warn.severity == Severity.WARNING
+    assert "QNN libraries 2.27.0" in warn.message and "built with SDK 2.31.0" in warn.message
+    # a real library's build tag instead of our marker is read too
+    make_board(board.folder, version_text="v2.31.0.250130151446_114721")
+    so = SoLoadStage().run(_ctx(export, env, "so_load", _upstream(built)))
+    assert so.properties["board_qnn_version"] == "2.31.0"
+    assert not [f for f in so.findings if f.check.startswith("board.version")]
+
+
+def test_unreachable_board_fails_quickly(built: StandinBuild, board: Board,
+                                         tmp_path: Path) -> None:
+    dead = board.with_config(port=free_port())
+    export, env = _export(built, tmp_path), _env(dead, tmp_path)
+    up = _upstream(built)
+    started = time.monotonic()
+    so = SoLoadStage().run(_ctx(export, env, "so_load", up))
+    assert so.status == Status.FAILED
+    assert so.summary.startswith("board standin unreachable: ")
+    assert _errors(so) == ["board.unreachable"]
+    fake_so = StageResult("so_load", Status.PASSED,
+                          data={"library": str(built.library), "sdk_version": "2.31.0"})
+    res = HtpVsCpuStage().run(_ctx(export, env, "htp_vs_cpu", up | {"so_load": fake_so}))
+    assert res.status == Status.FAILED and _errors(res) == ["board.unreachable"]
+    assert time.monotonic() - started < dead.config.connect_timeout_s * 4
+
+
+def test_unavailable_names_the_missing_board(built: StandinBuild, board: Board,
+                                             tmp_path: Path) -> None:
+    env = _env(board, tmp_path)
+    assert SoLoadStage().unavailable(_export(built, tmp_path, board=None), env) == \
+        "export cnn names no board"
+    assert HtpVsCpuStage().unavailable(_export(built, tmp_path, board="lab7"), env) == \
+        "board lab7 is not configured (configured: standin)"
+    assert SoLoadStage().unavailable(_export(built, tmp_path), env) is None
+    override = Environment(workdir=env.workdir, boards=env.boards, board_override="other")
+    assert SoLoadStage().unavailable(_export(built, tmp_path), override) == \
+        "board other is not configured (configured: standin)"
