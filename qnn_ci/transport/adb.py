@@ -33,16 +33,16 @@ from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
 from qnn_ci.transport.base import CommandResult, TransportError
 from qnn_ci.transport.remote_shell import (
+    SMALL_OP_TIMEOUT,
+    ShellFileOps,
     kill_group_command,
     merged_env,
-    removable_path,
     split_pgid,
     wrap_command,
 )
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_SMALL_OP_TIMEOUT = 60.0
 _EXIT_MARKER = "__qnn_ci_exit="
 _EXIT_RE = re.compile(r"\n?" + re.escape(_EXIT_MARKER) + r"(\d+)\n?\Z")
 _TCP_SERIAL = re.compile(r"\A(?!emulator-)[^\s:]+:\d+\Z")
@@ -59,7 +59,7 @@ def _reason(exc: BaseException | None) -> str:
     return text or type(exc).__name__
 
 
-class AdbTransport:
+class AdbTransport(ShellFileOps):
     def __init__(self, board: BoardConfig) -> None:
         if not board.serial:
             raise ValueError(f"board {board.name}: adb transport needs a serial")
@@ -276,7 +276,7 @@ class AdbTransport:
             service = ("shell,v2,raw:" if self._supports_v2(device) else "shell:")
             conn = self._open(device, service + kill_group_command(pgid))
             try:
-                deadline = time.monotonic() + _SMALL_OP_TIMEOUT
+                deadline = time.monotonic() + SMALL_OP_TIMEOUT
                 while self._recv(conn, 1 << 16, deadline, exact=False):
                     pass
             finally:
@@ -284,12 +284,6 @@ class AdbTransport:
         except Exception as exc:
             log.warning("board %s: could not kill remote process group %d: %s",
                         self.name, pgid, _reason(exc))
-
-    def _check(self, argv: list[str], what: str) -> None:
-        r = self.run(argv, timeout=min(self.board.timeout_s, _SMALL_OP_TIMEOUT))
-        if r.exit_code != 0:
-            raise ToolError(f"board {self.name}: {what} failed (exit {r.exit_code}): "
-                            f"{(r.stderr or r.stdout).strip()}")
 
     # --- files -------------------------------------------------------------
     def put(self, local: Path, remote: str) -> None:
@@ -324,13 +318,6 @@ class AdbTransport:
             part.replace(local)
         finally:
             part.unlink(missing_ok=True)
-
-    def mkdir(self, remote: str) -> None:
-        self._check(["mkdir", "-p", "--", remote], f"mkdir -p {remote}")
-
-    def remove_tree(self, remote: str) -> None:
-        path = removable_path(remote, self.board.work_root)
-        self._check(["rm", "-rf", "--", path], f"rm -rf {path}")
 
     def listdir(self, remote: str) -> list[str]:
         def op(device: AdbDevice) -> list[str]:

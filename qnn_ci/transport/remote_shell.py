@@ -16,7 +16,15 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from typing import TYPE_CHECKING
 
+from qnn_ci.errors import ToolError
+from qnn_ci.transport.base import CommandResult
+
+if TYPE_CHECKING:
+    from qnn_ci.boards.config import BoardConfig
+
+SMALL_OP_TIMEOUT = 60.0
 PGID_MARKER = "__qnn_ci_pgid="
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MARKER_LINE = re.compile(re.escape(PGID_MARKER) + r"(\d+)\r?\n?")
@@ -81,3 +89,27 @@ def removable_path(path: str, work_root: str) -> str:
         raise ValueError(f"refusing to remove {path!r}: not under the board's work_root "
                          f"{work_root!r}")
     return norm
+
+
+class ShellFileOps:
+    """Folder operations done with plain shell commands over ``run`` (SSH, ADB)."""
+
+    name: str
+    board: BoardConfig
+
+    def run(self, argv: list[str], *, timeout: float, env: dict[str, str] | None = None,
+            cwd: str | None = None) -> CommandResult:
+        raise NotImplementedError
+
+    def _check(self, argv: list[str], what: str) -> None:
+        result = self.run(argv, timeout=min(self.board.timeout_s, SMALL_OP_TIMEOUT))
+        if result.exit_code != 0:
+            raise ToolError(f"board {self.name}: {what} failed (exit {result.exit_code}): "
+                            f"{(result.stderr or result.stdout).strip()}")
+
+    def mkdir(self, remote: str) -> None:
+        self._check(["mkdir", "-p", "--", remote], f"mkdir -p {remote}")
+
+    def remove_tree(self, remote: str) -> None:
+        path = removable_path(remote, self.board.work_root)
+        self._check(["rm", "-rf", "--", path], f"rm -rf {path}")

@@ -37,16 +37,16 @@ from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError, UserError
 from qnn_ci.transport.base import CommandResult, TransportError
 from qnn_ci.transport.remote_shell import (
+    SMALL_OP_TIMEOUT,
+    ShellFileOps,
     kill_group_command,
     merged_env,
-    removable_path,
     split_pgid,
     wrap_command,
 )
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_SMALL_OP_TIMEOUT = 60.0
 # paramiko's key type name -> ssh-keyscan -t name
 _KEYSCAN_TYPES = {"ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "ecdsa-sha2-nistp256": "ecdsa",
                   "ecdsa-sha2-nistp384": "ecdsa", "ecdsa-sha2-nistp521": "ecdsa"}
@@ -81,7 +81,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if isinstance(exc, EOFError) else text
 
 
-class SshTransport:
+class SshTransport(ShellFileOps):
     def __init__(self, board: BoardConfig) -> None:
         if not board.host:
             raise ValueError(f"board {board.name}: ssh transport needs a host")
@@ -248,17 +248,11 @@ class SshTransport:
     def _kill_group(self, pgid: int) -> None:
         """Kill the remote process group over a fresh channel (best effort)."""
         try:
-            self._connection().run(kill_group_command(pgid), timeout=_SMALL_OP_TIMEOUT)
+            self._connection().run(kill_group_command(pgid), timeout=SMALL_OP_TIMEOUT)
         except Exception as exc:
             log.warning("board %s: could not kill remote process group %d: %s",
                         self.name, pgid, _reason(exc))
             self._drop()
-
-    def _check(self, argv: list[str], what: str) -> None:
-        result = self.run(argv, timeout=min(self.board.timeout_s, _SMALL_OP_TIMEOUT))
-        if result.exit_code != 0:
-            raise ToolError(f"board {self.name}: {what} failed (exit {result.exit_code}): "
-                            f"{(result.stderr or result.stdout).strip()}")
 
     # --- files -------------------------------------------------------------
     def put(self, local: Path, remote: str) -> None:
@@ -276,13 +270,6 @@ class SshTransport:
             os.replace(part, local)
         finally:
             part.unlink(missing_ok=True)
-
-    def mkdir(self, remote: str) -> None:
-        self._check(["mkdir", "-p", "--", remote], f"mkdir -p {remote}")
-
-    def remove_tree(self, remote: str) -> None:
-        path = removable_path(remote, self.board.work_root)
-        self._check(["rm", "-rf", "--", path], f"rm -rf {path}")
 
     def listdir(self, remote: str) -> list[str]:
         return sorted(self._with_retries(f"listdir {remote}",
