@@ -10,32 +10,23 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from qnn_ci.errors import ToolError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.convert import explain_failure
 from qnn_ci.sdk.converter_cmd import build_convert_argv
 from qnn_ci.sdk.dry_run import parse_dry_run
-from qnn_ci.sdk.locate import find_sdk, sdk_problem
+from qnn_ci.sdk.locate import find_sdk
 from qnn_ci.sdk.toolrun import run_tool
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, Stage, StageContext
-from qnn_ci.stages.sdk_common import converter_help, sdk_fingerprint, tool_failure
+from qnn_ci.stage import StageContext
+from qnn_ci.stages.sdk_common import ConverterStage, converter_help, tool_failure
 
 log = logging.getLogger(__name__)
 
 
-class DryRunStage(Stage):
+class DryRunStage(ConverterStage):
     name = "dry_run"
     needs = ("static_shapes",)
-    marker = "qnn_sdk"
-
-    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
-        return sdk_problem(export, env)
-
-    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
-        return sdk_fingerprint(ctx)
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export

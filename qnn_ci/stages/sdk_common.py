@@ -11,8 +11,9 @@ from typing import Any
 from qnn_ci.errors import ToolError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.converter_cmd import ConverterHelp, probe_converter
-from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk
-from qnn_ci.stage import Environment, StageContext
+from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk, sdk_problem
+from qnn_ci.spec import ExportSpec
+from qnn_ci.stage import Environment, Stage, StageContext
 
 log = logging.getLogger(__name__)
 
@@ -64,3 +65,15 @@ def tool_failure(stage: str, exc: ToolError, check: str) -> StageResult:
     text = str(exc)
     return StageResult(stage, Status.FAILED, text.splitlines()[0],
                        [Finding(check, text, Severity.ERROR)])
+
+
+class ConverterStage(Stage):
+    """Base of the stages that run qnn-onnx-converter (dry_run, convert)."""
+
+    marker = "qnn_sdk"
+
+    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
+        return sdk_problem(export, env)
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        return sdk_fingerprint(ctx)

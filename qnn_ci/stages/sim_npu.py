@@ -13,29 +13,19 @@ from typing import Any
 
 from qnn_ci.cache import file_digest
 from qnn_ci.results import Severity, StageResult, Status
-from qnn_ci.sim.availability import sim_unavailable, versions
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, Stage, StageContext
+from qnn_ci.stage import StageContext
+from qnn_ci.stages.sim_common import SimStage
 
 log = logging.getLogger(__name__)
 
 
-class SimNpuStage(Stage):
+class SimNpuStage(SimStage):
     name = "sim_npu"
     needs = ("static_shapes", "calibration")
-    marker = "qnn_sim"
     version = 1
 
-    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
-        reason = sim_unavailable()
-        if reason:
-            return reason
-        if not export.target.soc:
-            return "no target.soc in the manifest: the simulator prepares for one SoC"
-        return None
-
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
-        fp: dict[str, Any] = {"versions": versions()}
+        fp = super().fingerprint(ctx)
         overrides = ctx.export.quantization.overrides
         if overrides is not None and Path(overrides).is_file():
             fp["overrides"] = file_digest(Path(overrides))

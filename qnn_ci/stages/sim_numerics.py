@@ -11,29 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sim.availability import sim_unavailable, versions
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, Stage, StageContext
+from qnn_ci.stage import StageContext
+from qnn_ci.stages.sim_common import SimStage
 
 log = logging.getLogger(__name__)
 
 
-class SimNumericsStage(Stage):
+class SimNumericsStage(SimStage):
     name = "sim_numerics"
     needs = ("sim_npu", "calibration")
-    marker = "qnn_sim"
     version = 1
 
-    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
-        reason = sim_unavailable()
-        if reason:
-            return reason
-        if not export.target.soc:
-            return "no target.soc in the manifest: the simulator prepares for one SoC"
-        return None
-
-    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
-        return {"versions": versions()}
 
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.sim.ep import sim_target
