@@ -32,7 +32,8 @@ test: setup system lint
 	$(PY) -m pytest -n $(JOBS) -q tests
 
 bench: setup
-	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+	$(PY) -m pip install -q -e '.[bench]'
+	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .qnn-ci-demo
