@@ -78,11 +78,13 @@ class Event:
 class Pipeline:
     def __init__(self, exports: list[ExportSpec], env: Environment, *,
                  stages: dict[str, Stage] | None = None,
-                 on_result: Callable[[Event], None] | None = None) -> None:
+                 on_result: Callable[[Event], None] | None = None,
+                 on_start: Callable[[str, str], None] | None = None) -> None:
         self.exports = {e.name: e for e in exports}
         self.env = env
         self.stages = stages if stages is not None else load_stages()
         self.on_result = on_result
+        self.on_start = on_start     # (export, stage) when a stage really starts running
         self.store = ResultStore()
         self._results: dict[tuple[str, str], StageResult] = {}
         self._keys: dict[tuple[str, str], str] = {}
@@ -172,6 +174,8 @@ class Pipeline:
                 shutil.rmtree(stage_dir)
             stage_dir.mkdir(parents=True)
             log.info("%s::%s: running", export_name, stage_name)
+            if self.on_start:
+                self.on_start(export_name, stage_name)
             start = time.monotonic()
             result = self._run_stage(stage, ctx)
             result.duration_s = round(time.monotonic() - start, 3)

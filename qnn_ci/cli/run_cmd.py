@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     writer = JUnitWriter(args.junit) if args.junit else None
     rows: list[Row] = []
     only = set(args.stage) or None
-    interactive = sys.stderr.isatty()
+    # Progress on stderr for people watching (a stage can take minutes); CI logs get
+    # the same with -v through logging.
+    progress = sys.stderr.isatty() and not log.isEnabledFor(logging.INFO)
     try:
         for manifest, pipeline in opened:
             def record(ev: Event, manifest=manifest, pipeline=pipeline) -> None:
@@ -63,10 +65,16 @@ def run(args: argparse.Namespace) -> int:
                 rows.append(Row(manifest.path, ev.export, export.line, ev.result))
                 if writer:
                     writer.add(testcase(manifest.path, ev.export, export.line, ev.result))
-                if interactive or log.isEnabledFor(logging.INFO):
-                    print(f"  {ev.export}::{ev.stage}: {ev.result.status.value}",
+                if progress:
+                    took = "cached" if ev.result.cached else f"{ev.result.duration_s:.1f} s"
+                    print(f"  {ev.export}::{ev.stage}: {ev.result.status.value} ({took})",
                           file=sys.stderr, flush=True)
+
+            def started(export: str, stage: str) -> None:
+                if progress:
+                    print(f"  {export}::{stage}: running ...", file=sys.stderr, flush=True)
             pipeline.on_result = record
+            pipeline.on_start = started
             for name in pipeline.exports:
                 pipeline.run_export(name, only)
     except KeyboardInterrupt:
