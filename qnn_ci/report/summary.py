@@ -3,6 +3,7 @@ kept under the 1 MiB step-summary limit) and `::error` annotations."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,11 @@ class Row:
     result: StageResult
 
 
-def terminal_table(rows: list[Row], *, width: int = 100) -> str:
+def terminal_table(rows: list[Row], *, width: int | None = None) -> str:
+    """Exports x stages with each stage's key number; rows cut to the terminal width
+    (a failure is never cut)."""
+    if width is None:
+        width = max(100, shutil.get_terminal_size((140, 24)).columns)
     out: list[str] = []
     current: tuple[Path, str] | None = None
     for row in rows:
