@@ -12,6 +12,7 @@ from typing import Any
 
 from qnn_ci.boards.netrun import run_on_board
 from qnn_ci.boards.session import board_session
+from qnn_ci.boards.storage import storage_findings, work_root_filesystem
 from qnn_ci.errors import ToolError
 from qnn_ci.results import StageResult
 from qnn_ci.spec import ExportSpec
@@ -45,6 +46,7 @@ class SoLoadStage(Stage):
         names = list(cal.data["inputs"])
         try:
             with board_session(board, ctx.env.environ) as transport:
+                fs_type = work_root_filesystem(transport, board)
                 nr = run_on_board(transport, board, library=library,
                                   input_list=Path(cal.artefacts["input_list"]),
                                   input_names=names, backends=BACKENDS, workdir=ctx.workdir,
@@ -63,8 +65,10 @@ class SoLoadStage(Stage):
         for name, outcome in nr.backends.items():
             if outcome.log:
                 artefacts[f"{name}_log"] = str(outcome.log)
+        findings = list(nr.findings) + storage_findings(board, fs_type)
         return StageResult(
-            self.name, board_common.status_of(nr.findings), summary, list(nr.findings),
-            properties=board_common.run_properties(nr), artefacts=artefacts,
+            self.name, board_common.status_of(findings), summary, findings,
+            properties=board_common.run_properties(nr) | {"work_root_fs": fs_type or ""},
+            artefacts=artefacts,
             data={"board": board.name, "board_qnn_version": version,
                   "sdk_version": sdk_version, "library": str(library)})

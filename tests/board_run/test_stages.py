@@ -206,3 +206,34 @@ def test_unavailable_names_the_missing_board(built: StandinBuild, board: Board,
     override = Environment(workdir=env.workdir, boards=env.boards, board_override="other")
     assert SoLoadStage().unavailable(_export(built, tmp_path), override) == \
         "board other is not configured (configured: standin)"
+
+
+def test_work_root_off_tmpfs_is_flagged(built: StandinBuild, board: Board,
+                                         tmp_path: Path) -> None:
+    """eMMC burst writes can reset a board: a work root that is not tmpfs is a warning."""
+    import subprocess
+    import uuid
+
+    def fs_of(path: Path) -> str:
+        return subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or fs_of(shm) != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm on this machine")
+    export, up = _export(built, tmp_path), _upstream(built)
+    on_tmpfs = board.with_config(work_root=str(shm / f"qnn-ci-test-{uuid.uuid4().hex[:8]}"))
+    so = SoLoadStage().run(_ctx(export, _env(on_tmpfs, tmp_path), "so_load", up))
+    try:
+        assert so.status == Status.PASSED, so.failure_text()
+        assert so.properties["work_root_fs"] == "tmpfs"
+        assert not [f for f in so.findings if f.check == "board.work_root_not_tmpfs"]
+    finally:
+        subprocess.run(["rm", "-rf", on_tmpfs.config.work_root], check=False)
+    disk_fs = fs_of(board.work_root)
+    so = SoLoadStage().run(_ctx(export, _env(board, tmp_path / "again"), "so_load", up))
+    flagged = [f for f in so.findings if f.check == "board.work_root_not_tmpfs"]
+    assert so.status == Status.PASSED and so.properties["work_root_fs"] == disk_fs
+    if disk_fs != "tmpfs":
+        assert flagged and flagged[0].severity == Severity.WARNING
+        assert f"is on {disk_fs}, not tmpfs" in flagged[0].message
