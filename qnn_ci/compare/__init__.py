@@ -8,7 +8,13 @@ Public API::
 """
 
 from qnn_ci.compare.accuracy import DEFAULT_TOLERANCE, accuracy_rule
-from qnn_ci.compare.compare import Comparison, OutputResult, SampleResult, compare_sets
+from qnn_ci.compare.compare import (
+    Comparison,
+    OutputResult,
+    SampleResult,
+    compare_sets,
+    metric_properties,
+)
 from qnn_ci.compare.metrics import DEFAULT_CHUNK, NEAR_ZERO_PEAK, OutputMetrics, compute_metrics
 from qnn_ci.compare.outputs import (
     ArraySource,
@@ -30,6 +36,6 @@ __all__ = [
     "DEFAULT_CHUNK", "DEFAULT_TOLERANCE", "METRICS", "NEAR_ZERO_PEAK", "ArraySource",
     "Comparison", "OutputMetrics", "OutputResult", "OutputSet", "SampleResult",
     "accuracy_rule", "apply_thresholds", "compare_sets", "compute_metrics", "evaluate",
-    "load_output_set", "match_names", "parse_shape", "parse_threshold", "resolve_bounds",
-    "sanitize",
+    "load_output_set", "match_names", "metric_properties", "parse_shape", "parse_threshold",
+    "resolve_bounds", "sanitize",
 ]

@@ -220,3 +220,25 @@ def _compare_one(reference: OutputSet, test: OutputSet, rkey: str, tkey: str, rs
         return result
     result.metrics = compute_metrics(rsrc.open(), tsrc.open(), chunk=chunk)
     return result
+
+
+def metric_properties(comp: Comparison, prefix: str,
+                      metrics: tuple[str, ...] = ("cosine", "max_abs", "snr"),
+                      thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """Report properties: per output, the worst value over samples
+    (``<prefix>.<output>.<metric>``) and, with ``thresholds``, each bound that applied
+    (``<prefix>.<output>.<metric>.min`` / ``.max``)."""
+    props: dict[str, Any] = {}
+    for out in comp.outputs:
+        for metric in metrics:
+            values = [s.metrics.value(metric) for s in out.samples if s.metrics]
+            values = [v for v in values if v is not None and not math.isnan(v)]
+            if values:
+                worst = max(values) if metric in ("max_abs", "mean_abs") else min(values)
+                props[f"{prefix}.{out.name}.{metric}"] = (
+                    round(worst, 6) if math.isfinite(worst) else str(worst))
+        if thresholds is not None:
+            for metric, bound in thresholds.for_output(out.name).items():
+                side = "max" if metric in ("max_abs", "mean_abs") else "min"
+                props[f"{prefix}.{out.name}.{metric}.{side}"] = bound
+    return props

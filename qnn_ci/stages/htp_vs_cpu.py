@@ -33,6 +33,7 @@ from qnn_ci.compare import (
     accuracy_rule,
     compare_sets,
     load_output_set,
+    metric_properties,
     sanitize,
 )
 from qnn_ci.errors import ToolError
@@ -136,9 +137,9 @@ class HtpVsCpuStage(Stage):
                             for f in rule)
             checked = sum(f.check == "compare.accuracy" for f in rule)
             properties["cpu_backend"] = "float" if cpu_float else "quantized"
-            properties |= _metric_properties(comp, "htp_vs_cpu")
+            properties |= metric_properties(comp, "htp_vs_cpu", thresholds=export.thresholds)
             for backend, c in vs_truth.items():
-                properties |= _metric_properties(c, f"{backend}_vs_fp32", ("cosine",))
+                properties |= metric_properties(c, f"{backend}_vs_fp32", ("cosine",))
             properties["accuracy_rule"] = f"held on {held_rule} of {checked}" + (
                 " (advisory: float CPU backend)" if cpu_float else "")
             data |= {"comparison": comp.to_dict(),
@@ -188,20 +189,3 @@ def _labelled(found: list[Finding], label: str) -> list[Finding]:
     the file problems the board run's own checks already named."""
     return [replace(f, message=f"{label}: {f.message}") for f in found
             if f.check not in _REPEATS]
-
-
-def _metric_properties(comp: Comparison, prefix: str,
-                       metrics: tuple[str, ...] = ("cosine", "max_abs", "snr")
-                       ) -> dict[str, Any]:
-    """Per output, the worst value over samples: ``<prefix>.<output>.<metric>``."""
-    props: dict[str, Any] = {}
-    for out in comp.outputs:
-        for metric in metrics:
-            values = [s.metrics.value(metric) for s in out.samples if s.metrics]
-            values = [v for v in values if v is not None and not math.isnan(v)]
-            if not values:
-                continue
-            worst = max(values) if metric in ("max_abs", "mean_abs") else min(values)
-            props[f"{prefix}.{out.name}.{metric}"] = round(worst, 6) if math.isfinite(
-                worst) else str(worst)
-    return props

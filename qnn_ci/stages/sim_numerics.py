@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.compare import metric_properties
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.stage import StageContext
 from qnn_ci.stages.sim_common import SimStage
@@ -59,7 +60,7 @@ class SimNumericsStage(SimStage):
             "soc": soc.name, "samples": result.samples, "sample_source": which,
             "sim_s_per_inference": round(result.sim_s_per_inference, 3),
             "cpu_s_per_inference": round(result.cpu_s_per_inference, 4),
-        }
+        } | metric_properties(result.comparison, "sim_vs_fp32", thresholds=export.thresholds)
         artefacts = {"report": str(report_path), "reference": str(result.reference_dir),
                      "sim_outputs": str(result.sim_dir)}
         if result.qdq_cpu_dir is not None:

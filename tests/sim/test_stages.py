@@ -76,6 +76,11 @@ def test_sim_npu_then_sim_numerics_on_the_classifier(cls_pinned: Path, tmp_path:
     assert "2 held-out sample(s)" in num.summary and "worst cosine" in num.summary
     assert Path(num.artefacts["sim_outputs"], "Result_1").is_dir()
     assert not Path(num.artefacts["sim_outputs"], "Result_2").exists()
+    # per-output worst metric and the bound it was held to, for the JUnit report
+    (bound,) = [k for k in num.properties if k.endswith(".cosine.min")]
+    assert bound.startswith("sim_vs_fp32.")
+    assert num.properties[bound] == export.thresholds.default["cosine"]
+    assert num.properties[bound.removesuffix(".min")] >= num.properties[bound]
     json.dumps(num.to_dict())
 
 
