@@ -19,11 +19,18 @@ from typing import Any
 import pytest
 
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import MANIFEST_NAMES, Manifest
+from qnn_ci.manifest import MANIFEST_NAMES
 from qnn_ci.pipeline import Pipeline
 from qnn_ci.report.summary import Row, annotations, markdown_summary, terminal_table
-from qnn_ci.results import Finding, StageResult, Status
-from qnn_ci.session import DEFAULT_WORKDIR, Options, open_pipeline
+from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.session import (
+    DEFAULT_WORKDIR,
+    Opened,
+    Options,
+    check_selection,
+    check_unique_exports,
+    open_pipeline,
+)
 from qnn_ci.spec import ExportSpec
 
 MARKERS = {
@@ -32,7 +39,8 @@ MARKERS = {
     "qnn_board": "a qnn-ci stage that needs a board",
     "qnn_sim": "a qnn-ci stage that needs onnxruntime-qnn's HTP simulator",
 }
-_PIPELINES = pytest.StashKey[dict[Path, tuple[Manifest, Pipeline]]]()
+_PIPELINES = pytest.StashKey[dict[Path, Opened]]()
+_EXPORTS = pytest.StashKey[dict[str, Path]]()   # export name -> its manifest (unique)
 _TOKEN = pytest.StashKey[str]()
 
 
@@ -65,6 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[_PIPELINES] = {}
+    config.stash[_EXPORTS] = {}
     config.pluginmanager.register(_Reporter(config), "qnn_ci_reporter")
     workerinput = getattr(config, "workerinput", None)
     config.stash[_TOKEN] = (workerinput or {}).get("qnn_run_token") or uuid.uuid4().hex
@@ -109,14 +118,17 @@ class ManifestFile(pytest.File):
         cache = self.config.stash[_PIPELINES]
         try:
             if self.path not in cache:
-                cache[self.path] = open_pipeline(self.path, _options(self.config))
+                opened = open_pipeline(self.path, _options(self.config))
+                check_unique_exports(self.config.stash[_EXPORTS], opened.manifest)
+                cache[self.path] = opened
         except UserError as exc:
             yield ManifestError.from_parent(self, name="manifest", error=exc)
             return
-        _manifest, pipeline = cache[self.path]
-        for export in pipeline.exports.values():
-            yield ExportCollector.from_parent(self, name=export.name, export=export,
-                                              pipeline=pipeline)
+        opened = cache[self.path]
+        for name in opened.selected:
+            yield ExportCollector.from_parent(self, name=name,
+                                              export=opened.pipeline.exports[name],
+                                              pipeline=opened.pipeline)
 
 
 class ManifestError(pytest.Item):
@@ -126,6 +138,11 @@ class ManifestError(pytest.Item):
         super().__init__(**kw)
         self.error = error
         self.add_marker("qnn")
+        self.user_properties += [
+            ("qnn.export", "(manifest)"), ("qnn.stage", "manifest"),
+            ("qnn.status", Status.ERROR.value), ("qnn.summary", error.oneline()),
+            ("qnn.manifest", str(self.path)), ("qnn.line", error.line or 1),
+            ("qnn.finding", f"[manifest] {error.oneline()}")]
 
     def runtest(self) -> None:
         raise QnnFailure(self.error.oneline())
@@ -138,6 +155,17 @@ class ManifestError(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, (self.error.line or 1) - 1, "manifest"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A --qnn-export name that no collected manifest defines is a usage error."""
+    opened = list(session.config.stash.get(_PIPELINES, {}).values())
+    names = _option(session.config, "export") or []
+    if opened and names:
+        try:
+            check_selection(opened, list(names))
+        except UserError as exc:
+            raise pytest.UsageError(exc.oneline()) from None
 
 
 class ExportCollector(pytest.Collector):
@@ -187,8 +215,9 @@ class StageItem(pytest.Item):
         ]
         props += [(f"qnn.{k}", v) for k, v in r.properties.items()]
         props += [(f"qnn.artefact.{k}", v) for k, v in r.artefacts.items()]
-        props += [("qnn.finding", f"[{f.check}] {f.message}") for f in r.findings
-                  if f.severity != "info"]
+        props += [("qnn.finding" if f.severity == Severity.ERROR else "qnn.warning",
+                   f"[{f.check}] {f.message}") for f in r.findings
+                  if f.severity != Severity.INFO]
         self.user_properties.extend(props)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
@@ -208,6 +237,14 @@ class StageItem(pytest.Item):
 
 # -- reports ---------------------------------------------------------------------
 
+def _split_finding(text: str) -> tuple[str, str]:
+    """"[check] message" -> (check, message)."""
+    if text.startswith("[") and "] " in text:
+        check, _, message = text[1:].partition("] ")
+        return check, message
+    return "stage", text
+
+
 class _Reporter:
     """Collects every stage item's report (on the xdist controller too, where the
     items do not run) for the summary table, job summary and annotations."""
@@ -220,15 +257,15 @@ class _Reporter:
         props = dict(report.user_properties)
         if "qnn.stage" not in props or report.when != "call":
             return
-        self.rows.append(props | {"longrepr": report.longreprtext})
+        self.rows.append(props | {"findings": [(k, v) for k, v in report.user_properties
+                                               if k == "qnn.finding"]})
 
     def _rows(self) -> list[Row]:
         rows = []
         for p in self.rows:
             status = Status(p["qnn.status"])
-            findings = [Finding("stage", line) for line in
-                        str(p.get("longrepr", "")).splitlines()[1:6]] \
-                if status in (Status.FAILED, Status.ERROR) else []
+            findings = [Finding(*_split_finding(text)) for key, text in p["findings"]
+                        if key == "qnn.finding"]
             res = StageResult(p["qnn.stage"], status, p.get("qnn.summary", ""),
                               findings=findings, cached=bool(p.get("qnn.cached")))
             rows.append(Row(Path(p["qnn.manifest"]), p["qnn.export"], int(p["qnn.line"]), res))

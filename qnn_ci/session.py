@@ -4,11 +4,13 @@ environment, one ``Pipeline`` per manifest."""
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.errors import UserError
 from qnn_ci.manifest import Manifest, load_manifest
 from qnn_ci.pipeline import Pipeline
 from qnn_ci.stage import Environment
@@ -39,16 +41,48 @@ def make_environment(opts: Options, manifest: Manifest,
         from qnn_ci.boards.registry import load_boards_file
 
         boards.update(load_boards_file(opts.boards_file))
-    # Each manifest gets its own folder under the work root, so two manifests may
-    # use the same export names.
-    workdir = opts.workdir.resolve() / manifest.path.parent.name / manifest.path.stem
-    return Environment(workdir=workdir, sdk_root=sdk_root, esdk_env=esdk, boards=boards,
-                       board_override=opts.board, use_cache=opts.use_cache,
+    # <workdir>/<export>/<stage>/: export names are unique across the manifests of
+    # one run (check_unique_exports).
+    return Environment(workdir=opts.workdir.resolve(), sdk_root=sdk_root, esdk_env=esdk,
+                       boards=boards, board_override=opts.board, use_cache=opts.use_cache,
                        run_token=opts.run_token, environ=environ)
 
 
-def open_pipeline(path: Path, opts: Options) -> tuple[Manifest, Pipeline]:
+@dataclass
+class Opened:
+    """One manifest ready to run: the pipeline knows every export (a selected export
+    may need another's stages through `from:`); ``selected`` are the ones to run."""
+
+    manifest: Manifest
+    pipeline: Pipeline
+    selected: list[str]
+
+
+def open_pipeline(path: Path, opts: Options) -> Opened:
     manifest = load_manifest(path)
     env = make_environment(opts, manifest)
-    exports = [e for e in manifest.exports if not opts.exports or e.name in opts.exports]
-    return manifest, Pipeline(exports, env)
+    selected = [e.name for e in manifest.exports if not opts.exports or e.name in opts.exports]
+    return Opened(manifest, Pipeline(manifest.exports, env), selected)
+
+
+def check_selection(opened: list[Opened], names: list[str]) -> None:
+    """Every --export name must name an export of some manifest."""
+    known = [e.name for o in opened for e in o.manifest.exports]
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UserError(f"--export {name!r}: no such export{hint}; exports: "
+                            f"{', '.join(known)}")
+
+
+def check_unique_exports(seen: dict[str, Path], manifest: Manifest) -> None:
+    """Export names are unique across the manifests of one run: each export's work
+    folder is <workdir>/<export>. ``seen`` maps names to their manifest so far."""
+    for export in manifest.exports:
+        other = seen.setdefault(export.name, manifest.path)
+        if other != manifest.path:
+            raise UserError(f"export {export.name!r} is also defined in {other}; export "
+                            "names must be unique across the manifests of one run (their "
+                            "work folders are <workdir>/<export>)", file=manifest.path,
+                            line=export.line, key="name")

@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"qnn-ci {known.command}: error: {exc.oneline()}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a path the user gave cannot be read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"qnn-ci {known.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"qnn-ci {known.command}: interrupted", file=sys.stderr)
         return 130

@@ -14,8 +14,15 @@ from qnn_ci.manifest import find_manifests
 from qnn_ci.pipeline import STAGE_ORDER, Event
 from qnn_ci.report.junit import JUnitWriter, testcase
 from qnn_ci.report.summary import Row, annotations, markdown_summary, terminal_table
-from qnn_ci.results import Status
-from qnn_ci.session import DEFAULT_WORKDIR, Options, open_pipeline
+from qnn_ci.results import Finding, StageResult, Status
+from qnn_ci.session import (
+    DEFAULT_WORKDIR,
+    Opened,
+    Options,
+    check_selection,
+    check_unique_exports,
+    open_pipeline,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,56 +43,99 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print results as JSON")
 
 
+def _manifest_error_row(path: Path, exc: UserError) -> Row:
+    result = StageResult("manifest", Status.ERROR, exc.oneline(),
+                         findings=[Finding("manifest", exc.oneline())])
+    return Row(path, "(manifest)", exc.line or 1, result)
+
+
 def run(args: argparse.Namespace) -> int:
     paths = find_manifests(args.manifests)
-    for p in paths:
-        if not p.is_file():
-            raise UserError("manifest not found (give a qnn-ci.yaml or a folder holding one)",
-                            file=p)
     opts = Options(workdir=args.workdir, sdk_root=args.sdk_root, board=args.board,
                    boards_file=args.boards_file, use_cache=not args.no_cache,
                    exports=args.export)
-    # Load every manifest first: bad input is reported before anything runs.
-    opened = [open_pipeline(p, opts) for p in paths]
-    for manifest, _ in opened:
-        unknown = [n for n in args.export if n not in manifest.by_name]
-        if unknown and len(opened) == 1:
-            raise UserError(f"no export named {unknown[0]!r}; exports: "
-                            f"{', '.join(manifest.by_name)}", file=manifest.path)
+    # The report exists from the start: whatever happens next, it says what ran.
     writer = JUnitWriter(args.junit) if args.junit else None
     rows: list[Row] = []
-    only = set(args.stage) or None
-    # Progress on stderr for people watching (a stage can take minutes); CI logs get
-    # the same with -v through logging.
-    progress = sys.stderr.isatty() and not log.isEnabledFor(logging.INFO)
     try:
-        for manifest, pipeline in opened:
-            def record(ev: Event, manifest=manifest, pipeline=pipeline) -> None:
-                export = pipeline.exports[ev.export]
-                rows.append(Row(manifest.path, ev.export, export.line, ev.result))
+        # Load every manifest first: bad input is reported before anything runs.
+        opened: list[Opened] = []
+        seen: dict[str, Path] = {}
+        for p in paths:
+            if not p.is_file():
+                raise UserError("manifest not found (give a qnn-ci.yaml or a folder holding "
+                                "one)", file=p)
+            try:
+                o = open_pipeline(p, opts)
+                check_unique_exports(seen, o.manifest)
+            except UserError as exc:
+                row = _manifest_error_row(p, exc)
                 if writer:
-                    writer.add(testcase(manifest.path, ev.export, export.line, ev.result))
-                if progress:
-                    took = "cached" if ev.result.cached else f"{ev.result.duration_s:.1f} s"
-                    print(f"  {ev.export}::{ev.stage}: {ev.result.status.value} ({took})",
-                          file=sys.stderr, flush=True)
-
-            def started(export: str, stage: str) -> None:
-                if progress:
-                    print(f"  {export}::{stage}: running ...", file=sys.stderr, flush=True)
-            pipeline.on_result = record
-            pipeline.on_start = started
-            for name in pipeline.exports:
-                pipeline.run_export(name, only)
+                    writer.add(testcase(p, row.export, row.line, row.result))
+                _github([row])
+                raise
+            opened.append(o)
+        check_selection(opened, args.export)
+        _run_all(opened, args, rows, writer)
     except KeyboardInterrupt:
         if writer:
             writer.write(interrupted="interrupted by the user")
         raise
-    if args.json:
+    except UserError:
+        raise
+    except Exception as exc:
+        if writer:
+            writer.write(interrupted=f"qnn-ci crashed: {type(exc).__name__}: {exc}")
+        raise
+    _report(rows, as_json=args.json)
+    statuses = {r.result.status for r in rows}
+    if Status.ERROR in statuses:
+        return 2
+    return 1 if Status.FAILED in statuses else 0
+
+
+def _run_all(opened: list[Opened], args: argparse.Namespace, rows: list[Row],
+             writer: JUnitWriter | None) -> None:
+    only = set(args.stage) or None
+    # Progress on stderr for people watching (a stage can take minutes); CI logs get
+    # the same with -v through logging.
+    progress = sys.stderr.isatty() and not log.isEnabledFor(logging.INFO)
+    for o in opened:
+        selected = set(o.selected)
+
+        def record(ev: Event, o: Opened = o, selected: set[str] = selected) -> None:
+            if progress:
+                took = "cached" if ev.result.cached else f"{ev.result.duration_s:.1f} s"
+                print(f"  {ev.export}::{ev.stage}: {ev.result.status.value} ({took})",
+                      file=sys.stderr, flush=True)
+            if ev.export not in selected:
+                return  # an upstream of a selected export's `from:` chain
+            export = o.pipeline.exports[ev.export]
+            rows.append(Row(o.manifest.path, ev.export, export.line, ev.result))
+            if writer:
+                writer.add(testcase(o.manifest.path, ev.export, export.line, ev.result))
+
+        def started(export: str, stage: str) -> None:
+            if progress:
+                print(f"  {export}::{stage}: running ...", file=sys.stderr, flush=True)
+
+        o.pipeline.on_result = record
+        o.pipeline.on_start = started
+        for name in o.selected:
+            o.pipeline.run_export(name, only)
+
+
+def _report(rows: list[Row], *, as_json: bool) -> None:
+    if as_json:
         print(json.dumps([{"manifest": str(r.manifest), "export": r.export,
                            **r.result.to_dict()} for r in rows], indent=1, default=str))
     else:
         print(terminal_table(rows))
+    _github(rows)
+
+
+def _github(rows: list[Row]) -> None:
+    """Annotations and the job summary, when running in GitHub Actions."""
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in annotations(rows, root=Path.cwd()):
             print(line)
@@ -93,7 +143,3 @@ def run(args: argparse.Namespace) -> int:
         if summary:
             with open(summary, "a", encoding="utf-8") as fh:
                 fh.write(markdown_summary(rows))
-    statuses = {r.result.status for r in rows}
-    if Status.ERROR in statuses:
-        return 2
-    return 1 if Status.FAILED in statuses else 0

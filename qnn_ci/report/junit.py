@@ -15,6 +15,7 @@ from typing import Any
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
+from qnn_ci.errors import UserError
 from qnn_ci.results import StageResult, Status
 
 
@@ -61,10 +62,14 @@ class JUnitWriter:
             suite.properties = {"qnn.interrupted": interrupted}
         xml = to_xml_report_string([suite], prettyprint=True, encoding="utf-8")
         xml = _properties_to_xml(xml, self.cases)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(xml, encoding="utf-8")
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(xml, encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            raise UserError(f"cannot write the JUnit report: {exc.strerror or exc} "
+                            f"({exc.filename})", file=self.path, key="--junit") from None
 
 
 def _properties_to_xml(xml: str, cases: list[TestCase]) -> str:

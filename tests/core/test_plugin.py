@@ -142,3 +142,31 @@ def test_ini_option_collects_other_manifest_names(project: pytest.Pytester) -> N
     project.makeini("[pytest]\nqnn_manifests = *.qnn.yaml\n")
     res = project.runpytest("--collect-only", "-q")
     assert "models.qnn.yaml::a::static_shapes" in res.stdout.str()
+
+
+def test_selecting_a_downstream_export_and_unknown_names(project: pytest.Pytester) -> None:
+    scale_model(project.path / "down.onnx", in_name="y", out_name="out", dims=[1, 4])
+    text = (project.path / "qnn-ci.yaml").read_text()
+    (project.path / "qnn-ci.yaml").write_text(
+        text + "  - name: down\n    model: down.onnx\n    calibration: {from: a}\n")
+    host = "qnn and not qnn_sim and not qnn_sdk and not qnn_board"
+    res = project.runpytest("-m", host, "--qnn-export", "down", "-v")
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines(["*qnn-ci.yaml::down::calibration PASSED*"])
+    assert "::a::" not in res.stdout.str()        # the upstream runs, but makes no items
+    res = project.runpytest("-m", host, "--qnn-export", "dwn")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "'dwn': no such export (did you mean 'down'?)" in res.stderr.str()
+
+
+def test_bad_manifest_reaches_the_job_summary(project: pytest.Pytester,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = project.path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    (project.path / "qnn-ci.yaml").write_text("exports:\n  - name: a\n    modle: m.onnx\n")
+    res = project.runpytest()
+    res.assert_outcomes(failed=1)
+    assert "::error file=qnn-ci.yaml,line=3,title=(manifest)%3A%3Amanifest::" in res.stdout.str()
+    md = summary.read_text()
+    assert "### (manifest)" in md and "unknown key 'modle'" in md

@@ -128,3 +128,85 @@ def test_interrupted_run_leaves_a_valid_junit(tmp_path: Path) -> None:
     assert names == ["a::static_shapes"]
     props = {p.get("name"): p.get("value") for p in root.iter("property")}
     assert props.get("qnn.interrupted") == "interrupted by the user"
+
+
+def chain(tmp_path: Path) -> Path:
+    scale_model(tmp_path / "up.onnx", dims=["N", 8], scale=3.0)
+    scale_model(tmp_path / "down.onnx", in_name="feat", out_name="out", dims=[1, 8])
+    (tmp_path / "gens.py").write_text(GEN)
+    p = tmp_path / "qnn-ci.yaml"
+    p.write_text(textwrap.dedent("""
+        exports:
+          - name: up
+            model: up.onnx
+            inputs: {x: {shape: [1, 8]}}
+            calibration: {generator: "gens:floats", samples: 3, held_out: 0}
+          - name: down
+            model: down.onnx
+            calibration: {from: {export: up, outputs: {y: feat}}}
+        """).lstrip())
+    return p
+
+
+def test_selecting_a_downstream_export_runs_its_upstream_quietly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = chain(tmp_path)
+    junit = tmp_path / "j.xml"
+    code = main(["run", str(manifest), "--workdir", str(tmp_path / "w"), "--export", "down",
+                 "--stage", "calibration", "--junit", str(junit)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "down::calibration" not in out and "PASS  calibration" in out
+    assert "up  (" not in out                     # the upstream ran but is not reported
+    assert set(cases(junit)) == {"down::static_shapes", "down::calibration"}
+    assert (tmp_path / "w" / "up" / "calibration" / "input_list.txt").is_file()
+    assert (tmp_path / "w" / "down" / "calibration" / "input_list.txt").is_file()
+
+
+def test_unknown_export_name_and_duplicate_names_across_manifests_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = chain(tmp_path)
+    assert main(["run", str(manifest), "--workdir", str(tmp_path / "w"), "--export",
+                 "dwn"]) == 2
+    assert "--export 'dwn': no such export (did you mean 'down'?)" in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    scale_model(other / "up.onnx", dims=[1, 8])
+    (other / "qnn-ci.yaml").write_text("exports:\n  - name: up\n    model: up.onnx\n")
+    assert main(["run", str(manifest), str(other / "qnn-ci.yaml"), "--workdir",
+                 str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert f"{other / 'qnn-ci.yaml'}:2: name: export 'up' is also defined in {manifest}" in err
+
+
+def test_bad_manifest_is_in_the_junit_and_annotated(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    scale_model(tmp_path / "m.onnx", dims=[1, 8])
+    p = tmp_path / "qnn-ci.yaml"
+    p.write_text("exports:\n  - name: a\n    model: m.onnx\n    opsett: 17\n")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    monkeypatch.chdir(tmp_path)
+    junit = tmp_path / "j.xml"
+    assert main(["run", str(p), "--junit", str(junit), "--workdir", str(tmp_path / "w")]) == 2
+    out = capsys.readouterr()
+    assert "::error file=qnn-ci.yaml,line=4,title=(manifest)%3A%3Amanifest::" in out.out
+    assert "unknown key 'opsett' (did you mean 'opset'?)" in out.err
+    (case,) = ET.parse(junit).getroot().iter("testcase")
+    assert case.get("name") == "(manifest)::manifest" and case.find("error") is not None
+    assert "### (manifest)" in (tmp_path / "summary.md").read_text()
+
+
+def test_unwritable_paths_are_one_line_errors(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = chain(tmp_path)
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    assert main(["run", str(manifest), "--junit", str(blocker / "j.xml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "afile/j.xml: --junit: cannot write the JUnit report" in err[0]
+    assert main(["shapes", str(tmp_path / "up.onnx"), "--dim", "x=1,8", "-o",
+                 str(blocker / "x.onnx")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
