@@ -153,7 +153,10 @@ class Pipeline:
         try:
             fingerprint = stage.fingerprint(ctx)
         except UserError as exc:
-            return self._error(stage_name, exc)
+            return self._error(stage_name, exc, export)
+        except Exception as exc:  # a bug in a stage: contained, never cached
+            stage_dir.mkdir(parents=True, exist_ok=True)
+            return self._crash(stage, ctx, exc)
         cache_key = digest({
             "qnn_ci": __version__, "stage": stage_name, "version": stage.version,
             "export": export_settings(export, stage), "fingerprint": fingerprint,
@@ -181,28 +184,36 @@ class Pipeline:
             result.duration_s = round(time.monotonic() - start, 3)
             result.properties.setdefault("duration_s", result.duration_s)
             if result.status == Status.PASSED or (
-                    result.status == Status.FAILED and stage.cache_failures):
+                    result.status == Status.FAILED and stage.cache_failures
+                    and not result.data.get("crash")):
                 self.store.save(stage_dir, cache_key, result, run_token=self.env.run_token)
             return result
 
-    def _error(self, stage_name: str, exc: UserError) -> StageResult:
+    def _error(self, stage_name: str, exc: UserError, export: ExportSpec) -> StageResult:
+        if exc.file is None:  # say where: the export's entry in its manifest
+            exc = UserError(exc.message, file=export.manifest, line=export.line,
+                            key=exc.key or f"exports.{export.name}")
         return StageResult(stage_name, Status.ERROR, exc.oneline(),
                            findings=[Finding("input", exc.oneline())])
+
+    def _crash(self, stage: Stage, ctx: StageContext, exc: Exception) -> StageResult:
+        """A bug in a stage must not take down the run; the result is not cached."""
+        crash_log = ctx.workdir / "crash.log"
+        crash_log.write_text(traceback.format_exc(), "utf-8")
+        msg = (f"internal error in stage {stage.name}: {type(exc).__name__}: {exc} "
+               f"(traceback in {crash_log})")
+        log.error("%s", msg)
+        return StageResult(stage.name, Status.FAILED, msg,
+                           findings=[Finding("internal", msg, Severity.ERROR)],
+                           artefacts={"crash_log": str(crash_log)}, data={"crash": True})
 
     def _run_stage(self, stage: Stage, ctx: StageContext) -> StageResult:
         try:
             result = stage.run(ctx)
         except UserError as exc:
-            return self._error(stage.name, exc)
-        except Exception as exc:  # a crash in one stage must not take down the run
-            tb = traceback.format_exc()
-            (ctx.workdir / "crash.log").write_text(tb, "utf-8")
-            msg = f"internal error in stage {stage.name}: {type(exc).__name__}: {exc} " \
-                  f"(traceback in {ctx.workdir / 'crash.log'})"
-            log.error("%s", msg)
-            return StageResult(stage.name, Status.FAILED, msg,
-                               findings=[Finding("internal", msg, Severity.ERROR)],
-                               artefacts={"crash_log": str(ctx.workdir / "crash.log")})
+            return self._error(stage.name, exc, ctx.export)
+        except Exception as exc:
+            return self._crash(stage, ctx, exc)
         if not isinstance(result, StageResult):
             raise TypeError(f"stage {stage.name} returned {type(result).__name__}")
         return result

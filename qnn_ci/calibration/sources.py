@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import itertools
 import logging
 import sys
 from collections.abc import Iterable, Iterator
@@ -60,19 +59,36 @@ def _evict_foreign(module_name: str, base_dir: Path) -> None:
 
 
 def load_generator(spec: str, base_dir: Path, *, key: str = "calibration.generator") -> Any:
-    """Import ``package.module:function``; the manifest's folder is on sys.path."""
+    """Import ``package.module:function``; the manifest's folder is on sys.path. Any
+    error in the user's module is bad input, reported in one line."""
     module_name, _, func_name = spec.partition(":")
     _evict_foreign(module_name, base_dir)
     with _on_path(base_dir):
         try:
             module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise UserError(f"cannot import {module_name!r} for generator {spec!r}: {exc}",
-                            key=key) from None
+        except ModuleNotFoundError as exc:
+            raise UserError(f"cannot import {module_name!r} for generator {spec!r}: {exc} "
+                            f"(looked in {base_dir} and sys.path)", key=key) from None
+        except Exception as exc:
+            raise UserError(f"generator module {module_name!r} failed to import: "
+                            f"{_describe(exc)}", key=key) from None
     func = getattr(module, func_name, None)
     if not callable(func):
         raise UserError(f"{module_name} has no function {func_name!r}", key=key)
     return func
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message (file:line)` of the innermost frame in user code."""
+    tb = exc.__traceback__
+    where = ""
+    while tb is not None:
+        if "importlib" not in tb.tb_frame.f_code.co_filename:
+            where = f" ({tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" ({exc.filename}:{exc.lineno})"
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def generate(spec: str, base_dir: Path, count: int, *,
@@ -84,11 +100,22 @@ def generate(spec: str, base_dir: Path, count: int, *,
               if p.default is inspect.Parameter.empty
               and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     with _on_path(base_dir):
-        produced = func(count) if params else func()
+        try:
+            produced = func(count) if params else func()
+        except Exception as exc:
+            raise UserError(f"generator {spec!r} raised {_describe(exc)}", key=key) from None
     if not isinstance(produced, Iterable):
         raise UserError(f"generator {spec!r} returned {type(produced).__name__}, expected an "
                         "iterable of {input name: array} dicts", key=key)
-    for i, sample in enumerate(itertools.islice(produced, count)):
+    iterator = iter(produced)
+    for i in range(count):
+        try:
+            sample = next(iterator)
+        except StopIteration:
+            return
+        except Exception as exc:
+            raise UserError(f"generator {spec!r} raised {_describe(exc)} at sample {i}",
+                            key=key) from None
         if not isinstance(sample, dict):
             raise UserError(f"generator {spec!r} sample {i} is a {type(sample).__name__}, "
                             "expected a dict {input name: array}", key=key)

@@ -57,7 +57,8 @@ class CalibrationStage(Stage):
         c = ctx.export.calibration
         fp: dict[str, Any] = {}
         if c.generator:
-            func = load_generator(c.generator, ctx.export.manifest.parent)
+            func = load_generator(c.generator, ctx.export.manifest.parent,
+                                  key=f"exports.{ctx.export.name}.calibration.generator")
             code = getattr(func, "__code__", None)
             if code is not None and Path(code.co_filename).is_file():
                 fp["generator_source"] = file_digest(Path(code.co_filename))

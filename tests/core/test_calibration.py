@@ -31,6 +31,10 @@ def wrong_shape(count):
     for _ in range(count):
         yield {"x": np.ones((2, 4), np.float32)}
 
+def raises(count):
+    yield {"x": np.ones((1, 4), np.float32)}
+    raise ValueError("no data here")
+
 def with_ids(count):
     rng = np.random.default_rng(4)
     for _ in range(count):
@@ -91,6 +95,8 @@ def test_int64_inputs_stay_int64(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("gen", "words"), [
+    ("gens:raises", "generator 'gens:raises' raised ValueError: no data here ("),
+    ("broken:gen", "generator module 'broken' failed to import: SyntaxError"),
     ("gens:doubles", "input 'x' expected dtype float32, got float64"),
     ("gens:wrong_shape", "input 'x' expected shape [1, 4], got [2, 4]"),
     ("gens:nothere", "gens has no function 'nothere'"),
@@ -99,6 +105,7 @@ def test_int64_inputs_stay_int64(tmp_path: Path) -> None:
 def test_bad_generators_name_the_input_expected_and_got(tmp_path: Path, gen: str,
                                                        words: str) -> None:
     scale_model(tmp_path / "m.onnx", dims=["N", 4])
+    (tmp_path / "broken.py").write_text("def gen(count)\n    pass\n")
     p = setup(tmp_path, f"""
         exports:
           - name: a
@@ -109,6 +116,7 @@ def test_bad_generators_name_the_input_expected_and_got(tmp_path: Path, gen: str
     r = p.result("a", "calibration")
     assert r.status == Status.ERROR
     assert words in r.summary and "\n" not in r.summary
+    assert r.summary.startswith(f"{tmp_path / 'qnn-ci.yaml'}:2: exports.a.calibration.")
 
 
 def test_from_chain_uses_real_upstream_outputs(tmp_path: Path) -> None:

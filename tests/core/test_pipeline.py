@@ -133,19 +133,24 @@ def test_no_cache_reruns_but_a_run_token_runs_once(tmp_path: Path) -> None:
     assert len(runs(Environment(workdir=tmp_path / "work"))) == 3
 
 
-def test_crash_is_contained_with_a_crash_log(tmp_path: Path) -> None:
-    p = make(tmp_path, [stage("first", outcome="crash"), stage("second", ("first",))])
-    first, second = p.run_export("a")
+def test_crash_is_contained_with_a_crash_log_and_never_cached(tmp_path: Path) -> None:
+    stages = [stage("first", outcome="crash"), stage("second", ("first",))]
+    first, second = make(tmp_path, stages).run_export("a")
     assert first.status == Status.FAILED
     assert "internal error in stage first: ZeroDivisionError: boom" in first.summary
     assert "ZeroDivisionError" in Path(first.artefacts["crash_log"]).read_text()
     assert second.summary == "blocked by a::first"
+    again, _ = make(tmp_path, stages).run_export("a")
+    assert not again.cached
+    assert runs(Environment(workdir=tmp_path / "work")) == ["a::first", "a::first"]
 
 
 def test_user_error_in_a_stage_is_bad_input(tmp_path: Path) -> None:
     p = make(tmp_path, [stage("first", outcome="user")])
     (r,) = p.run_export("a")
-    assert r.status == Status.ERROR and r.summary == "exports.a.x: bad thing"
+    # Said where: the export's line in its manifest, then the key.
+    assert r.status == Status.ERROR
+    assert r.summary == f"{tmp_path / 'qnn-ci.yaml'}:3: exports.a.x: bad thing"
     assert exit_status({"a": [r]}) == 2
 
 
