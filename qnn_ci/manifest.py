@@ -153,27 +153,36 @@ def _resolve(base: Path, value: str | None) -> Path | None:
     return (p if p.is_absolute() else base / p).resolve()
 
 
+@dataclass(frozen=True)
+class ModelSignature:
+    """A model's graph inputs {name: (dims, dtype)} (dims: int, or None when not a
+    fixed value) and output names, read without its weights."""
+
+    inputs: dict[str, tuple[tuple[int | None, ...] | None, str]]
+    outputs: tuple[str, ...]
+
+
 @cache
-def _model_inputs(path: Path, mtime: float) -> dict[str, tuple[int, str]]:
-    """input name -> (rank, dtype) of an ONNX model's real graph inputs."""
+def _signature(path: Path, mtime: float) -> ModelSignature:
     import onnx
     from onnx import helper
 
     model = onnx.load(str(path), load_external_data=False)
     inits = {i.name for i in model.graph.initializer}
-    out: dict[str, tuple[int, str]] = {}
+    inputs: dict[str, tuple[tuple[int | None, ...] | None, str]] = {}
     for inp in model.graph.input:
         if inp.name in inits:
             continue
         tt = inp.type.tensor_type
-        rank = len(tt.shape.dim) if tt.HasField("shape") else -1
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                     for d in tt.shape.dim) if tt.HasField("shape") else None
         dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type).name if tt.elem_type else "?"
-        out[inp.name] = (rank, dtype)
-    return out
+        inputs[inp.name] = (dims, dtype)
+    return ModelSignature(inputs, tuple(o.name for o in model.graph.output))
 
 
-def model_inputs(path: Path) -> dict[str, tuple[int, str]]:
-    return _model_inputs(path, path.stat().st_mtime)
+def model_signature(path: Path) -> ModelSignature:
+    return _signature(path, path.stat().st_mtime)
 
 
 def _check_file(ctx: _Ctx, key_path: KeyPath, path: Path | None, what: str) -> None:
@@ -184,6 +193,17 @@ def _check_file(ctx: _Ctx, key_path: KeyPath, path: Path | None, what: str) -> N
     if path is not None and not path.is_file():
         raise ctx.error(key_path, f"{what} not found: {path} (paths resolve against "
                                   f"the manifest's folder {ctx.path.parent})")
+
+
+def _check_generator(ctx: _Ctx, key_path: KeyPath, spec: str) -> None:
+    """The generator's top-level module can be found (the manifest's folder first),
+    without running it: user code runs only when the calibration stage does."""
+    top = spec.partition(":")[0].split(".")[0]
+    if (ctx.path.parent / f"{top}.py").is_file() or (ctx.path.parent / top).is_dir():
+        return
+    if importlib.util.find_spec(top) is None:
+        raise ctx.error(key_path, f"generator {spec!r}: no module {top!r} in the manifest's "
+                                  f"folder {ctx.path.parent} or on sys.path")
 
 
 def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
@@ -202,28 +222,38 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
             dtype=spec.get("dtype"), encoding=spec.get("encoding"))
 
     try:
-        declared = model_inputs(model)
+        sig = model_signature(model)
     except Exception as exc:  # onnx raises many kinds on a broken file
         raise ctx.error((*kp, "model"), f"cannot read ONNX model {model}: "
                                         f"{str(exc).splitlines()[0] if str(exc) else exc}"
                         ) from None
+    declared = sig.inputs
+    of_export = f" (export {name!r})" if ("exports", idx, "inputs") not in ctx.lines else ""
     for in_name, spec in inputs.items():
         ikp = (*kp, "inputs", in_name)
         if in_name not in declared:
             hint = _did_you_mean(in_name, list(declared))
-            raise ctx.error(ikp, f"model {model.name} has no input {in_name!r}{hint}; "
-                                 f"its inputs: {', '.join(declared) or '(none)'}")
-        rank, dtype = declared[in_name]
-        if spec.shape is not None and rank >= 0 and rank != len(spec.shape):
-            raise ctx.error((*ikp, "shape"),
-                            f"shape {list(spec.shape)} has rank {len(spec.shape)} but model input "
-                            f"{in_name!r} has rank {rank}")
+            raise ctx.error(ikp, f"model {model.name}{of_export} has no input {in_name!r}"
+                                 f"{hint}; its inputs: {', '.join(declared) or '(none)'}")
+        dims, dtype = declared[in_name]
+        if spec.shape is not None and dims is not None:
+            if len(dims) != len(spec.shape):
+                raise ctx.error((*ikp, "shape"),
+                                f"shape {list(spec.shape)} has rank {len(spec.shape)} but model "
+                                f"input {in_name!r}{of_export} has rank {len(dims)}")
+            fixed = [(i, d, w) for i, (d, w) in enumerate(zip(dims, spec.shape, strict=True))
+                     if d is not None and d != w]
+            if fixed:
+                i, d, w = fixed[0]
+                raise ctx.error((*ikp, "shape"),
+                                f"dim {i} is {w} but model input {in_name!r}{of_export} fixes "
+                                f"it at {d} (model dims {[x or '?' for x in dims]})")
         if spec.dtype is not None and dtype != "?" and spec.dtype != dtype:
             raise ctx.error((*ikp, "dtype"),
                             f"dtype {spec.dtype} disagrees with the model's {dtype} for "
-                            f"input {in_name!r}")
+                            f"input {in_name!r}{of_export}")
     # Fill in dtypes from the model so every stage sees them.
-    for in_name, (_rank, dtype) in declared.items():
+    for in_name, (_dims, dtype) in declared.items():
         cur = inputs.get(in_name, InputSpec(name=in_name))
         if cur.dtype is None and dtype != "?":
             cur = InputSpec(cur.name, cur.shape, dtype, cur.encoding)
@@ -242,6 +272,8 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
     elif isinstance(frm, dict):
         from_export = frm["export"]
         name_map = dict(frm.get("outputs") or {})
+    if cal_raw.get("generator"):
+        _check_generator(ctx, (*kp, "calibration", "generator"), cal_raw["generator"])
     input_list = _resolve(base, cal_raw.get("input_list"))
     _check_file(ctx, (*kp, "calibration", "input_list"), input_list, "input list")
     calibration = CalibrationSpec(
@@ -271,6 +303,12 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
     default = {"cosine": DEFAULT_COSINE} | {m: float(th[m]) for m in METRICS if m in th}
     per_output = {o: {m: float(v) for m, v in b.items()}
                   for o, b in (th.get("outputs") or {}).items()}
+    for out_name in per_output:
+        if out_name not in sig.outputs:
+            hint = _did_you_mean(out_name, list(sig.outputs))
+            raise ctx.error((*kp, "thresholds", "outputs", out_name),
+                            f"model {model.name}{of_export} has no output {out_name!r}{hint}; "
+                            f"its outputs: {', '.join(sig.outputs)}")
     s = raw.get("sdk") or {}
     sdk = SdkSpec(root=_resolve(base, s.get("root")), esdk_env=_resolve(base, s.get("esdk_env")),
                   timeout_s=float(s.get("timeout", SdkSpec.timeout_s)))
@@ -302,6 +340,34 @@ def _check_from_chains(ctx: _Ctx, exports: list[ExportSpec]) -> None:
                                 f"cycle in calibration `from:` chain: {cycle}")
             chain.append(nxt)
             cur = by_name[nxt][1]
+    for i, e in enumerate(exports):
+        if e.calibration.from_export:
+            _check_name_map(ctx, i, e, by_name[e.calibration.from_export][1])
+
+
+def _check_name_map(ctx: _Ctx, i: int, e: ExportSpec, up: ExportSpec) -> None:
+    """`from:` hands upstream outputs to this export's inputs: every name must exist
+    and every input must be fed."""
+    up_outputs = model_signature(up.model).outputs
+    inputs = list(model_signature(e.model).inputs)
+    kp: KeyPath = ("exports", i, "calibration", "from")
+    mapping = e.calibration.name_map or {n: n for n in up_outputs if n in inputs}
+    for out_name, in_name in mapping.items():
+        if out_name not in up_outputs:
+            hint = _did_you_mean(out_name, list(up_outputs))
+            raise ctx.error((*kp, "outputs", out_name),
+                            f"export {up.name!r} ({up.model.name}) has no output {out_name!r}"
+                            f"{hint}; its outputs: {', '.join(up_outputs)}")
+        if in_name not in inputs:
+            hint = _did_you_mean(in_name, inputs)
+            raise ctx.error((*kp, "outputs", out_name),
+                            f"{in_name!r} is not an input of {e.model.name}{hint}; its inputs: "
+                            f"{', '.join(inputs)}")
+    unfed = [n for n in inputs if n not in mapping.values()]
+    if unfed:
+        raise ctx.error(kp, f"input(s) {', '.join(unfed)} of {e.model.name} get no upstream "
+                            f"output (outputs of {up.name!r}: {', '.join(up_outputs)}); map "
+                            "them with from: {export: ..., outputs: {upstream: input}}")
 
 
 def _load_boards(ctx: _Ctx, data: dict[str, Any]) -> dict[str, Any]:

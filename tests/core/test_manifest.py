@@ -173,6 +173,54 @@ def test_pkg_paths_name_files_in_installed_packages(tmp_path: Path, cls_model: P
     ("""
      exports: []
      """, 1, "exports", "should be non-empty"),
+    ("""
+     exports:
+       - name: a
+         model: m.onnx
+         calibration: {generator: "nomodule_here:f"}
+     """, 4, "exports[0].calibration.generator", "no module 'nomodule_here' in the manifest's"),
+    ("""
+     exports:
+       - name: a
+         model: m.onnx
+         thresholds: {outputs: {yy: {cosine: 0.9}}}
+     """, 4, "exports[0].thresholds.outputs.yy", "has no output 'yy' (did you mean 'y'?)"),
+    ("""
+     exports:
+       - name: a
+         model: m.onnx
+         inputs:
+           x: {shape: [1, 5]}
+     """, 5, "exports[0].inputs.x.shape", "dim 1 is 5 but model input 'x' fixes it at 4"),
+    ("""
+     exports:
+       - name: a
+         model: m.onnx
+         inputs: {x: {encoding: otherr}}
+     """, 4, "exports[0].inputs.x.encoding", "'otherr' is not one of"),
+    ("""
+     defaults:
+       inputs: {xx: {shape: [1, 4]}}
+     exports:
+       - name: a
+         model: m.onnx
+     """, 2, "defaults.inputs.xx", "(export 'a') has no input 'xx'"),
+    ("""
+     exports:
+       - name: a
+         model: m.onnx
+       - name: b
+         model: m.onnx
+         calibration: {from: {export: a, outputs: {z: x}}}
+     """, 6, "exports[1].calibration.from.outputs.z", "export 'a' (m.onnx) has no output 'z'"),
+    ("""
+     exports:
+       - name: a
+         model: m.onnx
+       - name: b
+         model: m.onnx
+         calibration: {from: a}
+     """, 6, "exports[1].calibration.from", "input(s) x of m.onnx get no upstream output"),
 ])
 def test_bad_manifests_name_file_line_and_key(tmp_path: Path, model: Path, body: str,
                                               line: int, key: str | None, words: str) -> None:
