@@ -318,7 +318,8 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
         line=line_of(ctx.lines, kp) or 1, inputs=inputs, opset=raw.get("opset"),
         calibration=calibration, quantization=quantization, target=target,
         thresholds=Thresholds(default=default, per_output=per_output),
-        board=raw.get("board"), sdk=sdk, sim=sim, raw=raw)
+        board=raw.get("board"), native_outputs=bool(raw.get("native_outputs", False)),
+        sdk=sdk, sim=sim, raw=raw)
 
 
 def _check_from_chains(ctx: _Ctx, exports: list[ExportSpec]) -> None:

@@ -56,6 +56,10 @@ def load_stages(names: tuple[str, ...] = STAGE_ORDER) -> dict[str, Stage]:
     return stages
 
 
+# A stage sets ``result.data[NO_CACHE] = True`` on a failure that may not repeat (a
+# tool timed out or was killed by a signal, a crash): it is never reused.
+NO_CACHE = "no_cache"
+
 _NOT_SETTINGS = ("line", "raw", "manifest")   # where it is written is not what it asks
 
 
@@ -185,7 +189,7 @@ class Pipeline:
             result.properties.setdefault("duration_s", result.duration_s)
             if result.status == Status.PASSED or (
                     result.status == Status.FAILED and stage.cache_failures
-                    and not result.data.get("crash")):
+                    and not result.data.get(NO_CACHE)):
                 self.store.save(stage_dir, cache_key, result, run_token=self.env.run_token)
             return result
 
@@ -205,7 +209,7 @@ class Pipeline:
         log.error("%s", msg)
         return StageResult(stage.name, Status.FAILED, msg,
                            findings=[Finding("internal", msg, Severity.ERROR)],
-                           artefacts={"crash_log": str(crash_log)}, data={"crash": True})
+                           artefacts={"crash_log": str(crash_log)}, data={NO_CACHE: True})
 
     def _run_stage(self, stage: Stage, ctx: StageContext) -> StageResult:
         try:

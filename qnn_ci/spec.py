@@ -88,6 +88,7 @@ class ExportSpec:
     target: TargetSpec = field(default_factory=TargetSpec)
     thresholds: Thresholds = field(default_factory=Thresholds)
     board: str | None = None
+    native_outputs: bool = False           # qnn-net-run --use_native_output_files on the board
     sdk: SdkSpec = field(default_factory=SdkSpec)
     sim: SimSpec = field(default_factory=SimSpec)
     raw: dict[str, Any] = field(default_factory=dict)  # the merged YAML mapping, for hashing
