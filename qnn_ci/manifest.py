@@ -9,6 +9,7 @@ whose rank disagrees with the model.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import importlib.util
 import json
@@ -160,6 +161,7 @@ class ModelSignature:
 
     inputs: dict[str, tuple[tuple[int | None, ...] | None, str]]
     outputs: tuple[str, ...]
+    external_data: tuple[str, ...] = ()      # external weight files, relative to the model
 
 
 @cache
@@ -178,7 +180,10 @@ def _signature(path: Path, mtime: float) -> ModelSignature:
                      for d in tt.shape.dim) if tt.HasField("shape") else None
         dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type).name if tt.elem_type else "?"
         inputs[inp.name] = (dims, dtype)
-    return ModelSignature(inputs, tuple(o.name for o in model.graph.output))
+    from qnn_ci.shapes.modelio import external_files
+
+    return ModelSignature(inputs, tuple(o.name for o in model.graph.output),
+                          tuple(sorted(external_files(model))))
 
 
 def model_signature(path: Path) -> ModelSignature:
@@ -193,6 +198,23 @@ def _check_file(ctx: _Ctx, key_path: KeyPath, path: Path | None, what: str) -> N
     if path is not None and not path.is_file():
         raise ctx.error(key_path, f"{what} not found: {path} (paths resolve against "
                                   f"the manifest's folder {ctx.path.parent})")
+
+
+def _check_value(ctx: _Ctx, key_path: KeyPath, spec: InputSpec,
+                 shape: tuple[int | None, ...] | None) -> None:
+    import numpy as np
+
+    try:
+        arr = np.asarray(spec.value, dtype=spec.dtype or "float32")
+    except (ValueError, TypeError) as exc:
+        raise ctx.error(key_path, f"value {spec.value!r} is not a {spec.dtype} array: "
+                                  f"{exc}") from None
+    if shape is not None:
+        try:
+            np.broadcast_to(arr, tuple(int(d or 0) for d in shape))
+        except ValueError:
+            raise ctx.error(key_path, f"value of shape {list(arr.shape)} does not fit input "
+                                      f"{spec.name!r} of shape {list(shape)}") from None
 
 
 def _check_generator(ctx: _Ctx, key_path: KeyPath, spec: str) -> None:
@@ -219,7 +241,7 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
         inputs[in_name] = InputSpec(
             name=in_name,
             shape=tuple(spec["shape"]) if spec.get("shape") is not None else None,
-            dtype=spec.get("dtype"), encoding=spec.get("encoding"))
+            dtype=spec.get("dtype"), encoding=spec.get("encoding"), value=spec.get("value"))
 
     try:
         sig = model_signature(model)
@@ -253,10 +275,14 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
                             f"dtype {spec.dtype} disagrees with the model's {dtype} for "
                             f"input {in_name!r}{of_export}")
     # Fill in dtypes from the model so every stage sees them.
-    for in_name, (_dims, dtype) in declared.items():
+    for in_name, (dims, dtype) in declared.items():
         cur = inputs.get(in_name, InputSpec(name=in_name))
         if cur.dtype is None and dtype != "?":
-            cur = InputSpec(cur.name, cur.shape, dtype, cur.encoding)
+            cur = dataclasses.replace(cur, dtype=dtype)
+        if cur.value is not None:
+            shape = cur.shape if cur.shape is not None else (
+                tuple(dims) if dims is not None and None not in dims else None)
+            _check_value(ctx, (*kp, "inputs", in_name, "value"), cur, shape)
         inputs[in_name] = cur
 
     cal_raw = raw.get("calibration") or {}

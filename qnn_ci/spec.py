@@ -19,6 +19,8 @@ class InputSpec:
     shape: tuple[int, ...] | None = None   # the static shape to pin
     dtype: str | None = None               # numpy dtype name, e.g. "float32", "int64"
     encoding: str | None = None            # "other" keeps the input unquantized
+    value: Any = None                      # a fixed value (a sample rate, a flag) for the
+    #                                        inputs qnn-ci makes itself (shape checks)
 
 
 @dataclass(frozen=True)

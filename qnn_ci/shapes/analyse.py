@@ -82,6 +82,13 @@ def _check(model: onnx.ModelProto, label: str, scratch: Scratch,
            reference: dict[str, np.ndarray] | None, feeds: dict[str, np.ndarray] | None,
            why_not: str | None) -> EquivalenceCheck:
     if reference is None or feeds is None:
+        # No comparison possible, but a pinned model that does not even load is a
+        # failure whatever the inputs (Silero VAD's `If` is the known case).
+        broken = verify.load_failure(
+            lambda optimize: scratch.session(model, label.replace(" ", "_"),
+                                             optimize=optimize), label)
+        if broken is not None:
+            return EquivalenceCheck(label, False, broken)
         return EquivalenceCheck(label, None, why_not)
     return verify.check(
         lambda optimize: scratch.session(model, label.replace(" ", "_"), optimize=optimize),

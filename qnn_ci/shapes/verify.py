@@ -130,10 +130,8 @@ def _loads_unoptimized(open_pinned: Callable[[bool], ort.InferenceSession]) -> b
     return True
 
 
-def check(open_pinned: Callable[[bool], ort.InferenceSession], reference: dict[str, np.ndarray],
-          feeds: dict[str, np.ndarray], label: str) -> EquivalenceCheck:
-    """Load the pinned model (``open_pinned(optimize)``) with onnxruntime's default
-    graph optimizations, run it on ``feeds`` and compare with ``reference``."""
+def load_failure(open_pinned: Callable[[bool], ort.InferenceSession], label: str) -> str | None:
+    """Why the pinned model does not load in onnxruntime, or None when it loads."""
     try:
         session = open_pinned(True)
     except Exception as exc:  # onnxruntime raises Fail/InvalidGraph/...
@@ -141,7 +139,19 @@ def check(open_pinned: Callable[[bool], ort.InferenceSession], reference: dict[s
         if _loads_unoptimized(open_pinned):
             reason += " (it loads only with graph optimizations disabled)"
         log.warning("%s", reason)
-        return EquivalenceCheck(label, False, reason)
+        return reason
+    del session
+    return None
+
+
+def check(open_pinned: Callable[[bool], ort.InferenceSession], reference: dict[str, np.ndarray],
+          feeds: dict[str, np.ndarray], label: str) -> EquivalenceCheck:
+    """Load the pinned model (``open_pinned(optimize)``) with onnxruntime's default
+    graph optimizations, run it on ``feeds`` and compare with ``reference``."""
+    broken = load_failure(open_pinned, label)
+    if broken is not None:
+        return EquivalenceCheck(label, False, broken)
+    session = open_pinned(True)
     try:
         got = run(session, feeds)
     except Exception as exc:

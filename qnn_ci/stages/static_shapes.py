@@ -9,10 +9,14 @@ import json
 import logging
 from typing import Any
 
+import numpy as np
+
 from qnn_ci.cache import file_digest
 from qnn_ci.errors import UserError
+from qnn_ci.manifest import model_signature
 from qnn_ci.results import StageResult, Status
 from qnn_ci.shapes import ShapeReport, analyse_and_pin
+from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Stage, StageContext
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,22 @@ def stage_result(report: ShapeReport, artefacts: dict[str, str]) -> StageResult:
     )
 
 
+def fixed_feeds(export: ExportSpec) -> dict[str, np.ndarray] | None:
+    """The manifest's fixed input values (``inputs.<name>.value``), broadcast to each
+    input's pinned shape; other inputs get random data in the shape checks."""
+    declared = model_signature(export.model).inputs
+    feeds = {}
+    for name, spec in export.inputs.items():
+        if spec.value is None:
+            continue
+        dims = spec.shape if spec.shape is not None else declared.get(name, (None, ""))[0]
+        arr = np.asarray(spec.value, dtype=spec.dtype or "float32")
+        if dims is not None and None not in dims:
+            arr = np.broadcast_to(arr, tuple(int(d) for d in dims)).copy()  # type: ignore[arg-type]
+        feeds[name] = arr
+    return feeds or None
+
+
 class StaticShapesStage(Stage):
     name = "static_shapes"
     needs = ()
@@ -49,7 +69,12 @@ class StaticShapesStage(Stage):
         if not model.is_file():
             raise UserError(f"model not found: {model}", file=ctx.export.manifest,
                             line=ctx.export.line, key="model")
-        return {"model_sha256": file_digest(model)}
+        fp: dict[str, Any] = {"model_sha256": file_digest(model)}
+        # Weights in external data files are part of the model too.
+        fp["external_data"] = {name: file_digest(model.parent / name) if (
+            model.parent / name).is_file() else "missing"
+            for name in model_signature(model).external_data}
+        return fp
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export
@@ -58,7 +83,8 @@ class StaticShapesStage(Stage):
         report_path = ctx.workdir / f"{stem}.shapes.json"
         report = analyse_and_pin(export.model, export.pinned_dims(), opset=export.opset,
                                  out_path=out_model, file=export.manifest, line=export.line,
-                                 key_format="inputs.{name}.shape")
+                                 key_format="inputs.{name}.shape", feeds=fixed_feeds(export),
+                                 feed_key_format="inputs.{name}.value")
         report_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n", "utf-8")
         artefacts = {"report": str(report_path)}
         if report.output_model:

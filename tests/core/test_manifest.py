@@ -298,3 +298,21 @@ def test_board_errors_name_the_key(tmp_path: Path, model: Path) -> None:
     err = error_of(p)
     assert err.key == "exports[0].board" and "'rb4' is not declared" in str(err)
     assert "did you mean 'rb3'" in str(err)
+
+
+def test_fixed_input_values_are_checked_against_the_shape(tmp_path: Path, model: Path) -> None:
+    p = write(tmp_path, """
+        exports:
+          - name: a
+            model: m.onnx
+            inputs: {x: {shape: [1, 4], value: [1, 2, 3]}}
+        """)
+    err = error_of(p)
+    assert err.key == "exports[0].inputs.x.value" and "does not fit input 'x'" in str(err)
+    p = write(tmp_path, """
+        exports:
+          - name: a
+            model: m.onnx
+            inputs: {x: {shape: [1, 4], value: 0.5}}
+        """)
+    assert load_manifest(p).exports[0].inputs["x"].value == 0.5

@@ -160,15 +160,17 @@ def test_vad_pinned_model_is_written_anyway(vad_report: ShapeReport) -> None:
     assert pinned["input"] == [1, 512] and pinned["state"] == [2, 1, 128]
 
 
-def test_vad_invalid_sample_rate_feed_means_not_checked(vad_model: Path) -> None:
-    # The caller's feed is used: sr=3 makes the *original* fail, so equivalence
-    # cannot be checked, and the report says why.
+def test_vad_pinned_model_fails_even_when_the_feed_is_invalid(vad_model: Path) -> None:
+    # sr=3 makes the *original* fail, so outputs cannot be compared; but the pinned
+    # model does not even load, whatever the inputs: that is still reported.
     report = _analyse(vad_model, {"input": (1, 512), "state": (2, 1, 128)}, None,
                       feeds={"sr": np.array(3, dtype=np.int64)}, fill=False)
     (check,) = report.equivalence
-    assert check.equivalent is None
-    assert check.reason is not None and "original model fails" in check.reason
-    assert report.equivalent is None and not report.ok
+    assert check.equivalent is False
+    assert check.reason is not None and "does not load in onnxruntime" in check.reason
+    assert "rank 3" in check.reason
+    assert report.equivalent is False and not report.ok
+
 
 
 # ---------------------------------------------------------------- silero sequence: STFT pad

@@ -76,15 +76,52 @@ def test_stage_bad_dims_name_the_manifest_key(tmp_path: Path, two_inputs: Path) 
 
 def test_stage_fingerprint_is_model_sha256(tmp_path: Path, two_inputs: Path) -> None:
     fp = StaticShapesStage().fingerprint(_ctx(tmp_path, two_inputs, {}))
-    assert fp == {"model_sha256": hashlib.sha256(two_inputs.read_bytes()).hexdigest()}
+    assert fp == {"model_sha256": hashlib.sha256(two_inputs.read_bytes()).hexdigest(),
+                  "external_data": {}}
+
+
+def test_stage_fingerprint_covers_external_weights(tmp_path: Path) -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="ext.bin",
+              size_threshold=0)
+    ctx = _ctx(tmp_path, path, {})
+    first = StaticShapesStage().fingerprint(ctx)
+    assert set(first["external_data"]) == {"ext.bin"}
+    data = bytearray((tmp_path / "ext.bin").read_bytes())
+    data[0] ^= 0xFF                      # new weights, same .onnx
+    (tmp_path / "ext.bin").write_bytes(bytes(data))
+    assert StaticShapesStage().fingerprint(ctx) != first
 
 
 def test_stage_real_vad_fails_with_reason(tmp_path: Path, vad_model: Path) -> None:
-    ctx = _ctx(tmp_path, vad_model, {"input": (1, 512), "state": (2, 1, 128)})
-    result = StaticShapesStage().run(ctx)
+    """Through the manifest, with the sample rate given as a fixed input value."""
+    manifest = tmp_path / "qnn-ci.yaml"
+    manifest.write_text(f"""exports:
+  - name: vad
+    model: {vad_model}
+    inputs:
+      input: {{shape: [1, 512]}}
+      state: {{shape: [2, 1, 128]}}
+      sr: {{value: 16000}}
+""", "utf-8")
+    exports = load_manifest(manifest).exports
+    pipe = Pipeline(exports, Environment(workdir=tmp_path / "work"),
+                    stages={"static_shapes": StaticShapesStage()})
+    (result,) = pipe.run_export("vad")
     assert result.status == Status.FAILED
-    assert result.properties["equivalent"] is not True
-    assert result.properties["dynamic_count"] > 0
+    assert result.properties["equivalent"] is False
+    text = result.failure_text()
+    assert "does not load in onnxruntime" in text and "rank 3" in text
 
 
 def test_stage_through_manifest_and_pipeline(tmp_path: Path, cls_model: Path) -> None:
