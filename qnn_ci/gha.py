@@ -58,8 +58,13 @@ def fork_guard(environ: dict[str, str]) -> int:
 
 def pytest_argv(environ: dict[str, str]) -> list[str]:
     manifests = shlex.split(environ.get("QNN_CI_MANIFESTS", "") or "qnn-ci.yaml")
+    # Collect the default names in folders, plus every file named explicitly (a
+    # qnn-boards.yaml next to a manifest is not a manifest).
+    names = ["qnn-ci.yaml", "qnn-ci.yml"]
+    names += [Path(m).name for m in manifests
+              if Path(m).suffix in (".yaml", ".yml") and Path(m).name not in names]
     argv = [sys.executable, "-m", "pytest", *manifests, "-p", "qnn_ci", "-rs",
-            "-o", "junit_family=xunit1", "-o", "qnn_manifests=*.yaml",
+            "-o", "junit_family=xunit1", "-o", "qnn_manifests=" + "\n".join(names),
             f"--junitxml={environ.get('QNN_CI_JUNIT', 'qnn-ci-junit.xml')}"]
     marker = environ.get("QNN_CI_MARKERS", "qnn")
     if marker:

@@ -139,3 +139,13 @@ def test_action_run_step_as_the_runner_runs_it(tmp_path: Path) -> None:
     assert md.startswith("## qnn-ci") and md.index("### broken") < md.index("### good")
     props = [p.get("name") for p in ET.parse(tmp_path / "junit.xml").getroot().iter("property")]
     assert "qnn.samples" in props   # xunit1: per-testcase properties are kept
+
+
+def test_action_collects_manifests_not_board_files(tmp_path: Path) -> None:
+    from qnn_ci.gha import pytest_argv
+
+    argv = pytest_argv({"QNN_CI_MANIFESTS": "models other/nets.yaml"})
+    assert argv[3:5] == ["models", "other/nets.yaml"]
+    (opt,) = [a for a in argv if a.startswith("qnn_manifests=")]
+    assert opt.removeprefix("qnn_manifests=").split("\n") == \
+        ["qnn-ci.yaml", "qnn-ci.yml", "nets.yaml"]
