@@ -56,6 +56,60 @@ def _dtype_hint(size: int, numel: int, want: np.dtype) -> str:
     return ""
 
 
+# Per-sample signs of synthetic data: warnings in the calibration stage (a constant
+# mask can be real), flagged by `qnn-ci inputs validate`.
+SYNTHETIC_SIGNS = ("inputs.all_zero", "inputs.identical")
+
+
+class SyntheticCheck:
+    """Signs of synthetic calibration data, per input: samples that are all zeros, and
+    samples identical to an earlier one. Fed file digests or in-memory arrays."""
+
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+        self._seen: dict[str, dict[str, str]] = {}
+        self._count: dict[str, int] = {}
+        self._zero: dict[str, int] = {}
+
+    def add(self, name: str, where: str, digest: str, zero: bool) -> None:
+        self._count[name] = self._count.get(name, 0) + 1
+        seen = self._seen.setdefault(name, {})
+        if zero:
+            self._zero[name] = self._zero.get(name, 0) + 1
+            self.findings.append(Finding(
+                "inputs.all_zero", f"{where}: {name} is all zeros (synthetic data? "
+                "calibration needs real inference data)", Severity.ERROR, name))
+        if digest in seen:
+            self.findings.append(Finding(
+                "inputs.identical", f"{where}: {name} is identical to {seen[digest]} "
+                "(synthetic or duplicated data?)", Severity.ERROR, name))
+        else:
+            seen[digest] = where
+
+    def add_array(self, name: str, where: str, array: np.ndarray) -> None:
+        if array.size <= 1:
+            return  # scalars (a sample rate, a flag) legitimately repeat
+        data = np.ascontiguousarray(array)
+        self.add(name, where, hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest(),
+                 not data.any())
+
+    def degenerate(self) -> list[Finding]:
+        """Inputs whose EVERY sample is all zeros, or that have one distinct value
+        across several samples: not a sign, a certainty."""
+        out = []
+        for name, n in self._count.items():
+            if self._zero.get(name, 0) == n:
+                out.append(Finding(
+                    "inputs.all_samples_zero", f"every one of the {n} sample(s) of input "
+                    f"{name!r} is all zeros: this is not real data", Severity.ERROR, name))
+            elif n > 1 and len(self._seen.get(name, {})) == 1:
+                out.append(Finding(
+                    "inputs.all_samples_identical", f"all {n} samples of input {name!r} are "
+                    "identical: calibration ranges would come from one input",
+                    Severity.ERROR, name))
+        return out
+
+
 def validate_input_list(path: Path, inputs: list[TensorIO],
                         shapes: dict[str, tuple[int, ...]]) -> ValidationReport:
     """``inputs`` are the model's graph inputs; ``shapes`` the static shape per input
@@ -69,7 +123,7 @@ def validate_input_list(path: Path, inputs: list[TensorIO],
     names = [io.name for io in inputs]
     by_name = {io.name: io for io in inputs}
     findings: list[Finding] = []
-    seen: dict[str, dict[str, int]] = {n: {} for n in names}
+    synthetic = SyntheticCheck()
 
     def flag(check: str, msg: str, lineno: int, subject: str | None = None) -> None:
         findings.append(Finding(check, f"line {lineno}: {msg}", Severity.ERROR, subject))
@@ -108,15 +162,8 @@ def validate_input_list(path: Path, inputs: list[TensorIO],
             if numel <= 1:
                 continue  # scalars (a sample rate, a flag) legitimately repeat
             digest, zero = _digest_and_zero(p)
-            if zero:
-                flag("inputs.all_zero", f"{name}: {p.name} is all zeros (synthetic data? "
-                     "calibration needs real inference data)", line.lineno, name)
-            if digest in seen[name]:
-                flag("inputs.identical", f"{name}: {p.name} is identical to the sample on "
-                     f"line {seen[name][digest]} (synthetic or duplicated data?)",
-                     line.lineno, name)
-            else:
-                seen[name][digest] = line.lineno
+            synthetic.add(name, f"line {line.lineno}", digest, zero)
+    findings += synthetic.findings + synthetic.degenerate()
     if not parsed.lines:
         findings.append(Finding("inputs.empty", "the input list has no samples"))
     info = [{"name": n, "dtype": by_name[n].dtype, "shape": list(shapes[n])} for n in names]

@@ -20,7 +20,7 @@ from qnn_ci.calibration.sources import (
     load_generator,
     write_sample,
 )
-from qnn_ci.calibration.validate import validate_input_list
+from qnn_ci.calibration.validate import SYNTHETIC_SIGNS, SyntheticCheck, validate_input_list
 from qnn_ci.errors import UserError
 from qnn_ci.onnx_io import TensorIO
 from qnn_ci.results import Finding, Severity, StageResult, Status
@@ -76,6 +76,7 @@ class CalibrationStage(Stage):
         raw_dir = ctx.workdir / "raw"
         raw_dir.mkdir()
         findings: list[Finding] = []
+        synthetic = SyntheticCheck()
         if c.input_list:
             samples = self._from_list(c.input_list, expected, raw_dir, findings)
             source = f"input list {c.input_list}"
@@ -86,10 +87,12 @@ class CalibrationStage(Stage):
                                            key=f"exports.{export.name}.calibration.generator")):
                 arrays = check_sample(s, expected, where=f"generator {c.generator} sample {i}",
                                       key=f"exports.{export.name}.calibration.generator")
+                for e in expected:
+                    synthetic.add_array(e.name, f"sample {i}", arrays[e.name])
                 samples.append(write_sample(arrays, expected, raw_dir, i))
             source = f"generator {c.generator}"
         else:
-            samples = self._from_peer(ctx, expected, raw_dir)
+            samples = self._from_peer(ctx, expected, raw_dir, synthetic)
             source = f"outputs of export {c.from_export} (onnxruntime)"
             upstream_cal = ctx.peer_results[str(c.from_export)]["calibration"]
             n_upstream = int(upstream_cal.data.get("samples", len(samples)))
@@ -111,14 +114,10 @@ class CalibrationStage(Stage):
             held_list = ctx.workdir / "held_out_list.txt"
             write_input_list(held_list, held, names)
             artefacts["held_out_list"] = str(held_list)
-        # The same checks a user gets from `qnn-ci inputs validate`.
-        ios = [TensorIO(e.name, e.dtype, e.shape) for e in expected]
-        report = validate_input_list(input_list, ios, {e.name: e.shape for e in expected})
-        for f in report.findings:
-            # Signs of synthetic data are warnings here: a constant mask can be real.
-            sev = Severity.WARNING if f.check in ("inputs.all_zero", "inputs.identical") \
-                else Severity.ERROR
-            findings.append(Finding(f.check, f.message, sev, f.subject))
+        # Signs of synthetic data: one sample is a warning (a constant mask can be
+        # real); every sample zero, or all identical, is an error.
+        findings += [Finding(f.check, f.message, Severity.WARNING, f.subject)
+                     for f in synthetic.findings] + synthetic.degenerate()
         status = Status.FAILED if any(f.severity == Severity.ERROR for f in findings) \
             else Status.PASSED
         summary = f"{len(cal)} calibration samples" + (f" + {len(held)} held out" if held
@@ -139,8 +138,11 @@ class CalibrationStage(Stage):
         names = [e.name for e in expected]
         ios = [TensorIO(e.name, e.dtype, e.shape) for e in expected]
         report = validate_input_list(path, ios, {e.name: e.shape for e in expected})
-        errors = [f for f in report.findings if f.check not in ("inputs.all_zero",
-                                                                  "inputs.identical")]
+        findings += [Finding(f.check, f.message, Severity.WARNING, f.subject)
+                     for f in report.findings if f.check in SYNTHETIC_SIGNS]
+        findings += [f for f in report.findings if f.check.startswith("inputs.all_samples_")]
+        errors = [f for f in report.findings if f.check not in SYNTHETIC_SIGNS
+                  and not f.check.startswith("inputs.all_samples_")]
         if errors:
             raise UserError(f"input list does not fit the model: {errors[0].message}"
                             + (f" (+{len(errors) - 1} more; run `qnn-ci inputs validate`)"
@@ -155,8 +157,8 @@ class CalibrationStage(Stage):
             samples.append(copied)
         return samples
 
-    def _from_peer(self, ctx: StageContext, expected: list[Expected],
-                   raw_dir: Path) -> list[dict[str, Path]]:
+    def _from_peer(self, ctx: StageContext, expected: list[Expected], raw_dir: Path,
+                   synthetic: SyntheticCheck) -> list[dict[str, Path]]:
         c = ctx.export.calibration
         assert c.from_export
         peer = ctx.peer_results[c.from_export]
@@ -177,5 +179,7 @@ class CalibrationStage(Stage):
                     outputs, expected,
                     where=f"outputs of export {c.from_export} sample {len(samples)}",
                     key=f"exports.{ctx.export.name}.calibration.from")
+                for e in expected:
+                    synthetic.add_array(e.name, f"sample {len(samples)}", arrays[e.name])
                 samples.append(write_sample(arrays, expected, raw_dir, len(samples)))
         return samples

@@ -31,6 +31,16 @@ def wrong_shape(count):
     for _ in range(count):
         yield {"x": np.ones((2, 4), np.float32)}
 
+def zeros(count):
+    for _ in range(count):
+        yield {"x": np.zeros((1, 4), np.float32)}
+
+def one_zero(count):
+    rng = np.random.default_rng(5)
+    for i in range(count):
+        x = rng.normal(size=(1, 4)).astype(np.float32)
+        yield {"x": x * 0 if i == 1 else x}
+
 def raises(count):
     yield {"x": np.ones((1, 4), np.float32)}
     raise ValueError("no data here")
@@ -229,3 +239,26 @@ def test_same_generator_module_name_in_two_manifest_folders(tmp_path: Path) -> N
         (sample,) = read_input_list(Path(r.artefacts["input_list"]), ["x"])
         results.append(float(np.fromfile(sample["x"], "<f4")[0]))
     assert results == [1.0, 5.0]
+
+
+def test_synthetic_data_one_sample_warns_every_sample_fails(tmp_path: Path) -> None:
+    scale_model(tmp_path / "m.onnx", dims=["N", 4])
+    p = setup(tmp_path, """
+        exports:
+          - name: real
+            model: m.onnx
+            inputs: {x: {shape: [1, 4]}}
+            calibration: {generator: "gens:one_zero", samples: 4, held_out: 0}
+          - name: fake
+            model: m.onnx
+            inputs: {x: {shape: [1, 4]}}
+            calibration: {generator: "gens:zeros", samples: 4, held_out: 0}
+        """)
+    real = p.result("real", "calibration")
+    assert real.status == Status.PASSED and "1 warning(s)" in real.summary
+    (warn,) = real.findings
+    assert warn.check == "inputs.all_zero" and warn.message.startswith("sample 1: x is all zeros")
+    fake = p.result("fake", "calibration")
+    assert fake.status == Status.FAILED
+    assert [f.check for f in fake.errors()] == ["inputs.all_samples_zero"]
+    assert "every one of the 4 sample(s) of input 'x' is all zeros" in fake.failure_text()
