@@ -104,6 +104,25 @@ ELF_MACHINE_BY_TARGET_PREFIX: dict[str, tuple[int, str]] = {
     "arm-": (40, "ARM"),
 }
 
+# Graph-input dtypes that are not real-valued signals: the converter must keep
+# them as they are (``--input_encoding NAME other``) instead of quantizing them
+# with calibrated ranges like an activation. bool counts too: a mask or flag
+# input holds 0/1, and quantizing it maps "true" onto a calibrated scale.
+_INTEGER_INPUT_DTYPES: frozenset[str] = frozenset({
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+})
+
+
+def is_integer_input_dtype(dtype: str) -> bool:
+    """True for an integer or bool input dtype (numpy name ``uint8``, ONNX
+    ``tensor(int64)``, any case): such an input is passed with
+    ``--input_encoding NAME other``."""
+    text = str(dtype or "").strip().lower()
+    if text.startswith("tensor(") and text.endswith(")"):
+        text = text[7:-1]
+    return text in _INTEGER_INPUT_DTYPES
+
+
 # Default quantization: W8A16 with 32-bit bias.
 DEFAULT_BITWIDTHS = {"act": 16, "weight": 8, "bias": 32}
 

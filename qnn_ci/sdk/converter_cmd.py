@@ -24,7 +24,7 @@ from qnn_ci.errors import ToolError, UserError
 from qnn_ci.sdk.locate import CONVERTER, Sdk
 from qnn_ci.sdk.toolrun import run_tool
 from qnn_ci.spec import ExportSpec
-from qnn_ci.tables import CONVERTER_CANONICAL_TO_ALIAS, get_soc
+from qnn_ci.tables import CONVERTER_CANONICAL_TO_ALIAS, get_soc, is_integer_input_dtype
 
 log = logging.getLogger(__name__)
 
@@ -130,17 +130,6 @@ def clear_memory_cache() -> None:
 # ---------------------------------------------------------------------------
 
 
-def _norm_dtype(dtype: str | None) -> str:
-    text = str(dtype or "").strip().lower()
-    if text.startswith("tensor(") and text.endswith(")"):
-        text = text[7:-1]
-    return text
-
-
-def is_integer_dtype(dtype: str | None) -> bool:
-    return _norm_dtype(dtype).startswith("int")
-
-
 @dataclass(frozen=True)
 class _Input:
     name: str
@@ -239,7 +228,8 @@ def build_convert_argv(export: ExportSpec, model: Path, input_list: Path | None,
         argv += [f.get("--input_dim", "-d", key=f"inputs.{inp.name}.shape"), inp.name,
                  ",".join(str(d) for d in inp.dims)]
     for inp in inputs:
-        encoding = inp.encoding or ("other" if is_integer_dtype(inp.dtype) else None)
+        encoding = inp.encoding or ("other" if is_integer_input_dtype(inp.dtype or "")
+                                    else None)
         if encoding:
             argv += [f.get("--input_encoding", key=f"inputs.{inp.name}.encoding"),
                      inp.name, encoding]

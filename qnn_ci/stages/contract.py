@@ -23,6 +23,7 @@ from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.record import ARGS_OF_INTEREST, ConverterRecord, read_record, same_value
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Stage, StageContext
+from qnn_ci.tables import is_integer_input_dtype
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ def _realpath(text: str, base: Path) -> str:
 
 
 def integer_inputs(export: ExportSpec) -> list[str]:
-    """Graph inputs whose dtype is an integer type (manifest dtype wins over the model)."""
+    """Graph inputs whose dtype is an integer or bool type (manifest dtype wins over
+    the model): ``qnn_ci.tables.is_integer_input_dtype``, as the converter command uses."""
     declared: dict[str, str] = {}
     try:
         model = onnx.load(str(export.model), load_external_data=False)
@@ -56,7 +58,7 @@ def integer_inputs(export: ExportSpec) -> list[str]:
     for name, spec in export.inputs.items():
         if spec.dtype:
             declared[name] = spec.dtype
-    return [n for n, dt in declared.items() if dt.startswith(("int", "uint"))]
+    return [n for n, dt in declared.items() if is_integer_input_dtype(dt)]
 
 
 def expected_input_encodings(export: ExportSpec) -> dict[str, str]:

@@ -150,8 +150,8 @@ def write_input_list(folder: Path, inputs: dict[str, tuple[tuple[int, ...], str]
         parts = []
         for name, (shape, dtype) in inputs.items():
             path = folder / f"{name}_{i}.raw"
-            if dtype.startswith("int"):
-                rng.integers(0, 8, size=shape).astype(dtype).tofile(path)
+            if np.dtype(dtype).kind in "iub":
+                rng.integers(0, 2 if dtype == "bool" else 8, size=shape).astype(dtype).tofile(path)
             else:
                 rng.random(shape, dtype=np.float32).astype(dtype).tofile(path)
             parts.append(f"{name}:={path}")
@@ -195,5 +195,17 @@ def int64_input_model(path: Path) -> Path:
         [helper.make_node("Gather", ["table", "ids"], ["y"], name="embed", axis=0)],
         "embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 4])], [table])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def uint8_input_model(path: Path) -> Path:
+    """img (uint8 pixels) -> Cast to float -> Mul(1/255) -> y."""
+    scale = numpy_helper.from_array(np.array(1 / 255, np.float32), "scale")
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["img"], ["f"], name="to_float", to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["f", "scale"], ["y"], name="norm")],
+        "pixels", [helper.make_tensor_value_info("img", TensorProto.UINT8, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])], [scale])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
     return path
