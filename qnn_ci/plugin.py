@@ -21,6 +21,7 @@ import pytest
 from qnn_ci.errors import UserError
 from qnn_ci.manifest import MANIFEST_NAMES
 from qnn_ci.pipeline import Pipeline
+from qnn_ci.report.junit import property_value
 from qnn_ci.report.summary import Row, annotations, markdown_summary, terminal_table
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.session import (
@@ -213,7 +214,7 @@ class StageItem(pytest.Item):
             ("qnn.manifest", str(self.export.manifest)), ("qnn.line", self.export.line),
             ("qnn.cached", r.cached),
         ]
-        props += [(f"qnn.{k}", v) for k, v in r.properties.items()]
+        props += [(f"qnn.{k}", property_value(v)) for k, v in r.properties.items()]
         props += [(f"qnn.artefact.{k}", v) for k, v in r.artefacts.items()]
         props += [("qnn.finding" if f.severity == Severity.ERROR else "qnn.warning",
                    f"[{f.check}] {f.message}") for f in r.findings

@@ -19,7 +19,8 @@ from qnn_ci.errors import UserError
 from qnn_ci.results import StageResult, Status
 
 
-def _prop(value: Any) -> str:
+def property_value(value: Any) -> str:
+    """A property's text: numbers as numbers, structures as JSON."""
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, dict | list):
@@ -31,7 +32,7 @@ def testcase(manifest: Path, export: str, line: int, result: StageResult) -> Tes
     tc = TestCase(name=f"{export}::{result.stage}", classname=f"{manifest.name}.{export}",
                   elapsed_sec=result.duration_s, file=str(manifest), line=line,
                   stdout=result.summary or None)
-    props = {f"qnn.{k}": _prop(v) for k, v in result.properties.items()}
+    props = {f"qnn.{k}": property_value(v) for k, v in result.properties.items()}
     props |= {f"qnn.artefact.{k}": str(v) for k, v in result.artefacts.items()}
     if result.cached:
         props["qnn.cached"] = "true"
