@@ -9,6 +9,7 @@ import sys
 
 from qnn_ci.compare.compare import Comparison, OutputResult, compare_sets
 from qnn_ci.compare.outputs import load_output_set, parse_shape
+from qnn_ci.compare.resolution import steps_from_tokens
 from qnn_ci.compare.thresholds import apply_thresholds
 from qnn_ci.results import Severity
 
@@ -17,6 +18,9 @@ A and B: a qnn-net-run output folder (Result_N/...), one Result_N folder, a
 folder of .raw/.npy files, or a single .raw (needs --dtype) or .npy file.
 Metrics: cosine, snr, psnr (minimums); max_abs, mean_abs (maximums).
 Default: cosine=0.99. Exit 0 all within thresholds, 1 otherwise, 2 bad input.
+A reference that is near zero (peak within 4 quantization steps of zero, or at
+most 0.1% of the test's peak) is not judged by cosine/snr/psnr: give an
+absolute bound (max_abs) for it. Give the test's output step with --quant-step.
 """
 
 
@@ -33,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "folders; required for a bare .raw file)")
     parser.add_argument("--shape", help="expected shape of every output, e.g. 1,1000: "
                                         "element counts are checked against it")
+    parser.add_argument("--quant-step", action="append", default=[], metavar="[OUTPUT:]STEP",
+                        help="the quantization step (scale) of the outputs, for every output "
+                             "or one (repeatable), e.g. 1.5e-5 or prob:0.0039: a reference "
+                             "within 4 steps of zero counts as near zero")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -85,13 +93,14 @@ def _print_human(comp: Comparison) -> None:
 
 def run(args: argparse.Namespace) -> int:
     thresholds = apply_thresholds(args.threshold)
+    steps = steps_from_tokens(args.quant_step)
     shape = parse_shape(args.shape) if args.shape else None
     reference = load_output_set(args.reference, dtype=args.dtype)
     test = load_output_set(args.test, dtype=args.dtype)
     expected = None
     if shape is not None:
         expected = {name: (None, shape) for name in reference.names()}
-    comp = compare_sets(reference, test, thresholds, expected=expected)
+    comp = compare_sets(reference, test, thresholds, expected=expected, quant_steps=steps)
     if args.json:
         json.dump(comp.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -6,12 +6,12 @@ is finite:
 
     |htp - truth| <= |cpu - truth| + tolerance * range      for EVERY element
 
-with ``range = max(truth) - min(truth)`` of that sample (floored at
-``NEAR_ZERO_PEAK``) and ``tolerance = 0.004`` (0.4 %) by default. onnxruntime
-takes the range from the output's quantisation parameters; the truth's own
-range is the closest thing available without them. A non-finite HTP value where
-truth and CPU are finite breaks the rule; where the CPU result is non-finite the
-HTP cannot be worse.
+with ``range = max(truth) - min(truth)`` of that sample (floored at ``MIN_SPAN``
+= 1e-6, so a constant truth still gets an allowance) and ``tolerance = 0.004``
+(0.4 %) by default. onnxruntime takes the range from the output's quantisation
+parameters; the truth's own range is the closest thing available without them.
+A non-finite HTP value where truth and CPU are finite breaks the rule; where the
+CPU result is non-finite the HTP cannot be worse.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ import math
 import numpy as np
 
 from qnn_ci.compare.compare import size_findings
-from qnn_ci.compare.metrics import DEFAULT_CHUNK, NEAR_ZERO_PEAK, iter_chunks
+from qnn_ci.compare.metrics import DEFAULT_CHUNK, iter_chunks
 from qnn_ci.compare.outputs import OutputSet, pair_outputs, pair_samples
 from qnn_ci.results import Finding, Severity
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOLERANCE = 0.004
+MIN_SPAN = 1e-6
 
 
 def _truth_range(truth: np.ndarray, chunk: int) -> tuple[float, float] | None:
@@ -46,7 +47,7 @@ def _check_one(label: str, name: str, truth: np.ndarray, cpu: np.ndarray, htp: n
     if rng is None:
         return Finding("compare.nan_inf", f"{label}: the truth has no finite value",
                        subject=name)
-    span = max(rng[1] - rng[0], NEAR_ZERO_PEAK)
+    span = max(rng[1] - rng[0], MIN_SPAN)
     allowed = tolerance * span
     violations = 0
     worst = (-math.inf, -1, 0.0, 0.0)       # excess, index, |htp err|, |cpu err|

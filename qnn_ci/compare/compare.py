@@ -18,6 +18,7 @@ from qnn_ci.compare.outputs import (
     pair_outputs,
     pair_samples,
 )
+from qnn_ci.compare.resolution import resolve_steps
 from qnn_ci.compare.thresholds import MIN_METRICS, evaluate, failed_metrics, resolve_bounds
 from qnn_ci.results import Finding, Severity
 from qnn_ci.spec import Thresholds
@@ -168,12 +169,16 @@ def _expected_by_key(expected: Expected | None, keys: list[str]) -> dict[str, tu
 
 def compare_sets(reference: OutputSet, test: OutputSet, thresholds: Thresholds | None = None,
                  *, expected: Expected | None = None,
+                 quant_steps: Mapping[str, float] | None = None,
                  chunk: int = DEFAULT_CHUNK) -> Comparison:
     """Compare every output of ``test`` with ``reference``, sample by sample.
 
     ``expected``: output name -> (dtype, shape): the dtype applies to ``.raw``
     files (``.npy`` carry their own), the shape's element count is checked.
-    Raises UserError when a per-output threshold names no output.
+    ``quant_steps``: output name -> its quantization step (scale), ``""`` for
+    every output; it sets when a reference counts as near zero
+    (``qnn_ci.compare.resolution``). Raises UserError when a per-output
+    threshold or step names no output.
     """
     thresholds = thresholds or Thresholds()
     comp = Comparison(str(reference.root), str(test.root))
@@ -183,6 +188,7 @@ def compare_sets(reference: OutputSet, test: OutputSet, thresholds: Thresholds |
     samples, found = pair_samples(reference, test)
     comp.findings += found
     bounds = resolve_bounds(thresholds, [r for r, _ in pairs])
+    steps = resolve_steps(quant_steps, [r for r, _ in pairs])
     wanted = _expected_by_key(expected, [r for r, _ in pairs])
     for rkey, tkey in pairs:
         result = OutputResult(rkey, tkey, bounds[rkey])
@@ -190,7 +196,7 @@ def compare_sets(reference: OutputSet, test: OutputSet, thresholds: Thresholds |
         dtype, shape = wanted.get(rkey, (None, None))
         for rs, ts in samples:
             result.samples.append(_compare_one(reference, test, rkey, tkey, rs, ts,
-                                               dtype, shape, chunk))
+                                               dtype, shape, chunk, steps.get(rkey)))
         compared = [s.metrics for s in result.samples if s.metrics is not None]
         for s in result.samples:
             if s.metrics is not None:
@@ -204,7 +210,7 @@ def compare_sets(reference: OutputSet, test: OutputSet, thresholds: Thresholds |
 
 def _compare_one(reference: OutputSet, test: OutputSet, rkey: str, tkey: str, rs: int,
                  ts: int, dtype: Any, shape: tuple[int, ...] | None,
-                 chunk: int) -> SampleResult:
+                 chunk: int, step: float | None) -> SampleResult:
     label = f"{rkey} sample {rs}"
     result = SampleResult(rkey, rs, None)
     rsrc, tsrc = reference.source(rkey, rs), test.source(tkey, ts)
@@ -218,7 +224,7 @@ def _compare_one(reference: OutputSet, test: OutputSet, rkey: str, tkey: str, rs
     result.findings += size_findings(label, rkey, rsrc, tsrc, shape)
     if result.findings:
         return result
-    result.metrics = compute_metrics(rsrc.open(), tsrc.open(), chunk=chunk)
+    result.metrics = compute_metrics(rsrc.open(), tsrc.open(), chunk=chunk, resolution=step)
     return result
 
 
@@ -226,10 +232,15 @@ def metric_properties(comp: Comparison, prefix: str,
                       metrics: tuple[str, ...] = ("cosine", "max_abs", "snr"),
                       thresholds: Thresholds | None = None) -> dict[str, Any]:
     """Report properties: per output, the worst value over samples
-    (``<prefix>.<output>.<metric>``) and, with ``thresholds``, each bound that applied
+    (``<prefix>.<output>.<metric>``), how many samples had a near-zero reference
+    (``<prefix>.<output>.near_zero_samples``, only when some did: their relative
+    metrics are not computed) and, with ``thresholds``, each bound that applied
     (``<prefix>.<output>.<metric>.min`` / ``.max``)."""
     props: dict[str, Any] = {}
     for out in comp.outputs:
+        near = sum(1 for s in out.samples if s.metrics and s.metrics.reference_near_zero)
+        if near:
+            props[f"{prefix}.{out.name}.near_zero_samples"] = near
         for metric in metrics:
             values = [s.metrics.value(metric) for s in out.samples if s.metrics]
             values = [v for v in values if v is not None and not math.isnan(v)]

@@ -14,8 +14,10 @@ where both are finite):
 - snr      = 10·log10(Σ r² / Σ e²) dB (signal = reference); +inf when e ≡ 0
 - psnr     = 10·log10(peak² / (Σ e² / n)) dB with peak = max |r|; +inf when e ≡ 0
 
-A reference whose peak is <= ``NEAR_ZERO_PEAK`` makes cosine, SNR and PSNR
-measure noise: they are reported as ``None`` and ``reference_near_zero`` is set.
+A reference that is near zero (``qnn_ci.compare.resolution``: its peak within 4
+quantization steps of zero, or of its dtype's step, or at most 0.1 % of the
+test's peak) makes cosine, SNR and PSNR measure noise: they are reported as
+``None``, ``reference_near_zero`` is set and ``near_zero_reason`` says why.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from qnn_ci.compare.resolution import near_zero_reason
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK = 8 * 1024 * 1024        # elements per chunk (64 MiB per float64 buffer)
 SAMPLE_TARGET = 1 << 20                # |err| values kept for quantiles and the histogram
-NEAR_ZERO_PEAK = 1e-6                  # max |reference| at or below this: "zero everywhere"
 HIST_DECADES = 8                       # decades shown below the largest error's decade
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 
@@ -58,12 +61,15 @@ class OutputMetrics:
     snr: float | None                # dB
     psnr: float | None               # dB
     ref_peak: float                  # max |reference| over the finite positions
+    test_peak: float = 0.0           # max |test| over the same positions
+    resolution: float | None = None  # the output's quantization step, when known
     ref_nan: int = 0
     ref_inf: int = 0
     test_nan: int = 0
     test_inf: int = 0
     nonfinite_mismatch: int = 0      # positions where the two disagree about NaN/Inf
     reference_near_zero: bool = False
+    near_zero_reason: str = ""       # why it is near zero (empty when it is not)
     sample_size: int = 0             # how many |err| values the quantiles/histogram saw
     sampled: bool = False            # True when that was a strided sample, not all
     quantiles: dict[str, float] = field(default_factory=dict)   # "p50" -> |err|
@@ -79,7 +85,7 @@ class OutputMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for key in ("cosine", "max_abs", "mean_abs", "snr", "psnr", "ref_peak"):
+        for key in ("cosine", "max_abs", "mean_abs", "snr", "psnr", "ref_peak", "test_peak"):
             d[key] = json_float(d[key])
         d["quantiles"] = {k: json_float(v) for k, v in self.quantiles.items()}
         d["histogram"] = [[b.low, b.high, b.count] for b in self.histogram]
@@ -152,17 +158,22 @@ class MetricsAccumulator:
     """Fold chunks of (reference, test) in order; ``result()`` gives the metrics.
 
     ``total`` is the full length, needed up front to choose the sample stride so
-    that the |err| sample is the same whatever the chunk size.
+    that the |err| sample is the same whatever the chunk size. ``resolution``:
+    the output's quantization step when known (for the near-zero rule).
     """
 
-    def __init__(self, total: int, *, sample_target: int = SAMPLE_TARGET) -> None:
+    def __init__(self, total: int, *, sample_target: int = SAMPLE_TARGET,
+                 resolution: float | None = None) -> None:
         self.total = total
+        self.resolution = resolution
+        self._dtypes: set[np.dtype] = set()
         self._stride = max(1, -(-total // max(1, sample_target)))
         self._pos = 0
         self._finite = 0
         self._rr = self._tt = self._rt = self._ee = self._sum_abs = 0.0
         self._max_abs = 0.0
         self._peak = 0.0
+        self._tpeak = 0.0
         self._ref_nan = self._ref_inf = self._test_nan = self._test_inf = 0
         self._mismatch = 0
         self._samples: list[np.ndarray] = []
@@ -181,6 +192,7 @@ class MetricsAccumulator:
             raise ValueError(f"chunk lengths differ: {n} vs {len(test)}")
         if n == 0:
             return
+        self._dtypes.update((ref.dtype, test.dtype))
         r, t, e = self._buffers(n)
         np.copyto(r, ref, casting="unsafe")
         np.copyto(t, test, casting="unsafe")
@@ -207,6 +219,7 @@ class MetricsAccumulator:
         self._sum_abs += float(e.sum())
         self._max_abs = max(self._max_abs, float(e.max()))
         self._peak = max(self._peak, float(r.max()), -float(r.min()))
+        self._tpeak = max(self._tpeak, float(t.max()), -float(t.min()))
         if first < len(e):
             self._samples.append(e[first::self._stride].astype(np.float32))
 
@@ -238,7 +251,9 @@ class MetricsAccumulator:
         if self._pos != self.total:
             raise ValueError(f"accumulated {self._pos} elements, expected {self.total}")
         n = self._finite
-        near_zero = n > 0 and self._peak <= NEAR_ZERO_PEAK
+        reason = near_zero_reason(self._peak, self._tpeak, self.resolution,
+                                  self._dtypes) if n else None
+        near_zero = reason is not None
         meaningful = n > 0 and not near_zero
         cosine = snr = psnr = None
         if meaningful:
@@ -264,10 +279,12 @@ class MetricsAccumulator:
             count=self.total, finite=n, cosine=cosine,
             max_abs=self._max_abs if n else None,
             mean_abs=self._sum_abs / n if n else None,
-            snr=snr, psnr=psnr, ref_peak=self._peak,
+            snr=snr, psnr=psnr, ref_peak=self._peak, test_peak=self._tpeak,
+            resolution=self.resolution,
             ref_nan=self._ref_nan, ref_inf=self._ref_inf,
             test_nan=self._test_nan, test_inf=self._test_inf,
             nonfinite_mismatch=self._mismatch, reference_near_zero=near_zero,
+            near_zero_reason=reason or "",
             sample_size=len(sample), sampled=self._stride > 1,
             quantiles=quantiles, histogram=decade_histogram(sample),
         )
@@ -309,13 +326,14 @@ def decade_histogram(abs_err: np.ndarray, decades: int = HIST_DECADES) -> list[H
 
 
 def compute_metrics(reference: Any, test: Any, *, chunk: int = DEFAULT_CHUNK,
-                    sample_target: int = SAMPLE_TARGET,
-                    release_pages: bool = True) -> OutputMetrics:
-    """Metrics of ``test`` against ``reference`` (equally long; any shape, read flat)."""
+                    sample_target: int = SAMPLE_TARGET, release_pages: bool = True,
+                    resolution: float | None = None) -> OutputMetrics:
+    """Metrics of ``test`` against ``reference`` (equally long; any shape, read flat).
+    ``resolution``: the output's quantization step, when known."""
     ref, tst = _flat(reference), _flat(test)
     if len(ref) != len(tst):
         raise ValueError(f"reference has {len(ref)} elements, test {len(tst)}")
-    acc = MetricsAccumulator(len(ref), sample_target=sample_target)
+    acc = MetricsAccumulator(len(ref), sample_target=sample_target, resolution=resolution)
     for _start, (r, t) in iter_chunks([ref, tst], chunk=chunk, release_pages=release_pages):
         acc.update(r, t)
     return acc.result()

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
-from qnn_ci.compare.metrics import NEAR_ZERO_PEAK, OutputMetrics
+from qnn_ci.compare.metrics import OutputMetrics
 from qnn_ci.compare.outputs import match_names
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity
@@ -181,8 +181,8 @@ def evaluate(output: str, sample: int, metrics: OutputMetrics, bounds: Mapping[s
                   "an input that drives this output")
         findings.append(Finding(
             "compare.reference_near_zero",
-            f"{label}: the reference is zero everywhere (max |ref| {metrics.ref_peak:.3g} <= "
-            f"{NEAR_ZERO_PEAK:g}), so {', '.join(relative)} would only measure noise and "
+            f"{label}: the reference is {metrics.near_zero_reason}, so "
+            f"{', '.join(relative)} would only measure noise and "
             f"{'were' if len(relative) > 1 else 'was'} not checked; {judged}",
             Severity.WARNING if absolute else Severity.ERROR, subject=output))
     for metric in failed_metrics(metrics, bounds):

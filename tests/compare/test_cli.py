@@ -70,6 +70,9 @@ def test_exit_1_on_missing_output_and_nan(capsys, tmp_path, sets):
     (["--threshold", "logitz:cosine=0.9"], "'logitz'"),
     (["--dtype", "float33"], "unknown dtype 'float33'"),
     (["--shape", "1,x"], "bad shape '1,x'"),
+    (["--quant-step", "logits:abc"], "bad quantization step 'logits:abc'"),
+    (["--quant-step", "-1"], "must be a positive number"),
+    (["--quant-step", "logitz:1e-3"], "'logitz'"),
 ])
 def test_exit_2_on_bad_options(capsys, sets, argv, says):
     ref, good, _ = sets
@@ -98,6 +101,21 @@ def test_single_raw_files_with_dtype_and_shape(capsys, tmp_path, rng):
     assert rc == 1 and "expected 14 (shape [2, 7])" in out
 
 
+def test_quant_step_makes_a_near_zero_reference_plain(capsys, tmp_path, rng):
+    ref = 6.8e-6 * rng.random(300) ** 6
+    noisy = ref + 1.3e-6 * rng.standard_normal(300)
+    a = make_net_run(tmp_path / "a", {"maps": [ref]})
+    b = make_net_run(tmp_path / "b", {"maps": [noisy]})
+    rc, out, _ = run(capsys, a, b)
+    assert rc == 1 and "[compare.threshold] maps sample 0: cosine" in out
+    rc, out, _ = run(capsys, a, b, "--quant-step", "maps:1.52587890625e-05")
+    assert rc == 1 and "[compare.threshold]" not in out
+    assert "FAIL [compare.reference_near_zero] maps sample 0: the reference is near zero" in out
+    assert "--threshold maps:max_abs=" in out
+    rc, out, _ = run(capsys, a, b, "--quant-step", "1.52587890625e-05", "-t", "max_abs=1e-5")
+    assert rc == 0 and "warn [compare.reference_near_zero]" in out
+
+
 def test_json_shape(capsys, sets):
     ref, _, bad = sets
     rc, out, _ = run(capsys, ref, bad, "--json", "-t", "max_abs=10")
@@ -111,7 +129,8 @@ def test_json_shape(capsys, sets):
     assert [s["verdict"] for s in o["samples"]] == ["ok", "FAIL cosine"]
     m = o["samples"][1]["metrics"]
     for key in ("cosine", "max_abs", "mean_abs", "snr", "psnr", "ref_peak", "quantiles",
-                "histogram", "reference_near_zero", "nonfinite_mismatch"):
+                "histogram", "reference_near_zero", "nonfinite_mismatch", "test_peak",
+                "resolution", "near_zero_reason"):
         assert key in m
     [f] = d["findings"]
     assert set(f) == {"check", "message", "severity", "subject"}

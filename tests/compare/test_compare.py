@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qnn_ci.compare.compare import compare_sets
+from qnn_ci.compare.compare import compare_sets, metric_properties
 from qnn_ci.compare.outputs import load_output_set
 from qnn_ci.compare.thresholds import apply_thresholds
 from qnn_ci.errors import UserError
@@ -132,6 +132,33 @@ def test_unknown_output_in_thresholds_is_a_user_error(pair):
     a, b, *_ = pair
     with pytest.raises(UserError, match="'scores'"):
         compare_sets(load_output_set(a), load_output_set(b), apply_thresholds(["scores:snr=1"]))
+
+
+def test_quant_steps_by_graph_name_decide_near_zero_per_output(tmp_path, rng):
+    """A step applies to the output it names (graph or file name); "" to all."""
+    small = [1e-5 * rng.random(100) for _ in range(2)]
+    noisy = [v + 2e-6 * rng.standard_normal(100) for v in small]
+    a = make_net_run(tmp_path / "a", {"_prob": small, "other": small})
+    b = make_net_run(tmp_path / "b", {"_prob": noisy, "other": noisy})
+    ra, rb = load_output_set(a), load_output_set(b)
+    blind = compare_sets(ra, rb)
+    assert not any(s.metrics.reference_near_zero for o in blind.outputs for s in o.samples)
+    comp = compare_sets(ra, rb, quant_steps={"/prob": 2 ** -16})
+    by = {o.name: o for o in comp.outputs}
+    assert all(s.metrics.reference_near_zero for s in by["_prob"].samples)
+    assert not any(s.metrics.reference_near_zero for s in by["other"].samples)
+    assert by["_prob"].samples[0].verdict == "FAIL reference_near_zero"
+    both = compare_sets(ra, rb, quant_steps={"": 2 ** -16})
+    assert all(s.metrics.reference_near_zero for o in both.outputs for s in o.samples)
+    with pytest.raises(UserError, match="'scores'"):
+        compare_sets(ra, rb, quant_steps={"scores": 1e-3})
+    props = metric_properties(comp, "sim_vs_fp32", thresholds=apply_thresholds([]))
+    assert props["sim_vs_fp32._prob.near_zero_samples"] == 2
+    assert "sim_vs_fp32._prob.cosine" not in props          # not computed: near zero
+    assert props["sim_vs_fp32.other.cosine"] == round(min(
+        s.metrics.cosine for s in by["other"].samples), 6)
+    assert props["sim_vs_fp32.other.cosine.min"] == 0.99
+    assert "sim_vs_fp32.other.near_zero_samples" not in props
 
 
 def test_to_dict_is_strict_json(pair):

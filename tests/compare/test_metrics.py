@@ -18,8 +18,9 @@ from tests.compare.conftest import reference_metrics
 METRICS = ("cosine", "max_abs", "mean_abs", "snr", "psnr")
 
 
-def assert_matches(m: OutputMetrics, ref: np.ndarray, test: np.ndarray) -> None:
-    want = reference_metrics(ref, test)
+def assert_matches(m: OutputMetrics, ref: np.ndarray, test: np.ndarray,
+                   step: float | None = None) -> None:
+    want = reference_metrics(ref, test, step)
     assert m.finite == want["finite"]
     assert m.ref_peak == pytest.approx(want["peak"], rel=1e-12)
     for name in METRICS:
@@ -71,11 +72,85 @@ def test_all_zero_reference_is_flagged_and_relative_metrics_dropped():
     assert m.max_abs == pytest.approx(1e-3) and m.mean_abs == pytest.approx(1e-3)
 
 
-def test_tiny_but_nonzero_reference_is_near_zero_and_just_above_is_not():
-    near = compute_metrics(np.full(10, 1e-6, np.float64), np.zeros(10))
-    assert near.reference_near_zero
-    above = compute_metrics(np.full(10, 2e-6, np.float64), np.full(10, 2e-6))
-    assert not above.reference_near_zero and above.cosine == pytest.approx(1.0)
+# The near-zero rule is relative (qnn_ci.compare.resolution): the reference's peak
+# against the output's quantization step, its dtype's step, and the test's peak.
+SIGMOID_STEP_16 = 1 / 65536      # the fixed output step of a W8A16 Sigmoid/Softmax
+
+
+def _detector_like(rng: np.random.Generator, n: int = 20_000) -> np.ndarray:
+    """A probability map that is essentially zero everywhere, peaking at 6.8e-6:
+    the PP-OCR detector's fp32 output on uniform-random input."""
+    ref = (6.8e-6 * rng.random(n) ** 6).astype(np.float32)
+    ref[n // 3] = np.float32(6.8e-6)
+    return ref
+
+
+def test_detector_case_reference_at_6_8e_6_is_near_zero_against_its_quantization_step(rng):
+    ref = _detector_like(rng)
+    # The HTP's answer: the same map on the W8A16 output grid (one step 1.5e-5 > the
+    # reference's peak) ...
+    htp = (np.round(ref / SIGMOID_STEP_16) * SIGMOID_STEP_16).astype(np.float32)
+    # ... or noise of the reference's own size (the reviewer's "cosine 0.7498").
+    noisy = (ref + 1.3e-6 * rng.standard_normal(len(ref))).astype(np.float32)
+    for test in (htp, noisy):
+        blind = compute_metrics(ref, test, chunk=4096)
+        assert not blind.reference_near_zero and blind.cosine < 0.9   # fails on noise
+        m = compute_metrics(ref, test, chunk=4096, resolution=SIGMOID_STEP_16)
+        assert m.reference_near_zero
+        assert m.cosine is None and m.snr is None and m.psnr is None
+        assert m.max_abs is not None and m.resolution == SIGMOID_STEP_16
+        assert m.near_zero_reason == ("near zero everywhere (max |ref| 6.8e-06 is within 4 "
+                                      "quantization steps of zero (step 1.526e-05))")
+        assert_matches(m, ref, test, step=SIGMOID_STEP_16)
+
+
+def test_a_small_genuine_signal_is_not_near_zero(rng):
+    """A 1e-7-scale output compared with a 1e-7-scale test is a real comparison
+    (the old fixed floor of 1e-6 flagged it)."""
+    ref = (1e-7 * rng.standard_normal(5000)).astype(np.float32)
+    close = (ref * (1 + 0.01 * rng.standard_normal(5000))).astype(np.float32)
+    m = compute_metrics(ref, close, chunk=999)
+    assert m.ref_peak < 1e-6 and not m.reference_near_zero and m.near_zero_reason == ""
+    assert m.cosine > 0.999
+    assert_matches(m, ref, close)
+    # A broken test of the same scale is a plain cosine failure, not excused as noise.
+    broken = (1e-7 * rng.standard_normal(5000)).astype(np.float32)
+    bad = compute_metrics(ref, broken)
+    assert not bad.reference_near_zero and abs(bad.cosine) < 0.1
+    # With its quantization step known: many steps above zero, still judged.
+    on_grid = compute_metrics(ref, close, resolution=float(np.abs(ref).max()) / 200)
+    assert not on_grid.reference_near_zero and on_grid.cosine > 0.999
+
+
+def test_near_zero_boundary_is_four_steps():
+    step = 1e-3
+    at = np.array([0.0, 4 * step, 2 * step])
+    above = np.array([0.0, 4.01 * step, 2 * step])
+    assert compute_metrics(at, at.copy(), resolution=step).reference_near_zero
+    m = compute_metrics(above, above.copy(), resolution=step)
+    assert not m.reference_near_zero and m.cosine == pytest.approx(1.0)
+
+
+def test_reference_tiny_next_to_the_test_is_near_zero(rng):
+    """A test 10^4 times the reference: cosine alone would pass the scaled copy."""
+    x = rng.standard_normal(1000)
+    m = compute_metrics(1e-4 * x, x)
+    assert m.reference_near_zero and m.cosine is None
+    assert "at most 0.1% of the test's peak" in m.near_zero_reason
+    assert m.test_peak == pytest.approx(np.abs(x).max())
+    # 100 times is still a comparison (SNR says how far off).
+    m2 = compute_metrics(1e-2 * x, x)
+    assert not m2.reference_near_zero and m2.cosine == pytest.approx(1.0)
+    assert m2.snr == pytest.approx(10 * np.log10(1e-4 / (1 - 1e-2) ** 2), rel=1e-6)
+
+
+def test_integer_outputs_use_their_own_step():
+    """Native (integer) outputs: a reference within 4 counts of zero is near zero."""
+    low = np.array([0, 3, 1, 0], np.uint8)
+    assert compute_metrics(low, np.array([1, 0, 2, 1], np.uint8)).reference_near_zero
+    assert "dtype uint8" in compute_metrics(low, low.copy()).near_zero_reason
+    high = np.array([0, 9, 5, 2], np.uint8)
+    assert not compute_metrics(high, high.copy()).reference_near_zero
 
 
 def test_all_zero_test_output_scores_cosine_zero(rng):

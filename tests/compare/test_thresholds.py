@@ -139,6 +139,26 @@ def test_near_zero_reference_is_judged_by_an_absolute_bound_when_given():
         ("compare.reference_near_zero", Severity.WARNING), ("compare.threshold", Severity.ERROR)}
 
 
+def test_near_zero_against_the_quantization_step_says_why(rng):
+    """The PP-OCR detector case: a map peaking at 6.8e-6 on a 1/65536 output grid is
+    no "FAIL cosine", it is a near-zero reference, said plainly."""
+    ref = np.zeros(1000, np.float32)
+    ref[::7] = np.float32(6.8e-6) * rng.random(len(ref[::7]), np.float32)
+    ref[0] = np.float32(6.8e-6)
+    test = (ref + 1.3e-6 * rng.standard_normal(1000)).astype(np.float32)
+    assert evaluate("maps", 0, compute_metrics(ref, test), {"cosine": 0.99})[0].check == \
+        "compare.threshold"                     # blind to the grid: fails on noise
+    m = compute_metrics(ref, test, resolution=1 / 65536)
+    [f] = evaluate("maps", 0, m, {"cosine": 0.99})
+    assert (f.check, f.severity) == ("compare.reference_near_zero", Severity.ERROR)
+    assert f.message.startswith("maps sample 0: the reference is near zero everywhere (max "
+                                "|ref| 6.8e-06 is within 4 quantization steps of zero (step "
+                                "1.526e-05)), so cosine would only measure noise")
+    ok = evaluate("maps", 0, m, {"cosine": 0.99, "max_abs": 1e-5})
+    assert [(x.check, x.severity) for x in ok] == [("compare.reference_near_zero",
+                                                    Severity.WARNING)]
+
+
 def test_nan_in_test_is_an_error_and_shared_nan_a_warning(rng):
     ref = rng.standard_normal(100)
     test = ref.copy()
