@@ -2,7 +2,9 @@
 
 Count FP16 tensors in converter output (generated source or ``_net.json``, or
 the QNN JSON graph onnxruntime-qnn dumps) and gate on the SoC: exit 1 when the
-SoC has no FP16 and any tensor is FP16, 0 otherwise, 2 on bad input.
+SoC has no FP16 and any tensor is FP16, 0 otherwise, 2 on bad input: a file
+that is not converter output, or one that is truncated or edited so the audit
+would be incomplete.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from qnn_ci.errors import UserError
 from qnn_ci.results import Severity
 
 
@@ -28,6 +31,15 @@ def run(args: argparse.Namespace) -> int:
 
     soc = get_soc(args.soc, key="--soc")
     reports = [audit_fp16(f) for f in args.files]
+    for r in reports:
+        if r.incomplete:
+            raise UserError(f"{r.incomplete}: the file is truncated or edited, so the FP16 "
+                            f"audit would be incomplete; regenerate it with qnn-onnx-converter",
+                            file=r.source)
+        if not r.converter_output:
+            raise UserError("no tensor definitions: not converter output; pass the "
+                            "generated model source, its _net.json or a QNN JSON graph",
+                            file=r.source)
     findings = [(r, gate_fp16(r, soc)) for r in reports]
     failed = any(f.severity == Severity.ERROR for _, fs in findings for f in fs)
     if args.json:

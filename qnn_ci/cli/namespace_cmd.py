@@ -3,7 +3,8 @@
 Read the converter's recorded argument list back from a generated source (with
 or without ``.cpp``) or a ``_net.json``. Exit 0 when read (and every
 ``--expect`` holds), 1 when an expectation does not hold, 2 when there is no
-record or the file is unreadable.
+record, the record is cut off (file truncated or edited) or the file is
+unreadable.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from qnn_ci.sdk.record import (
     loose_literal,
     read_record,
     same_value,
+    truncated_text,
 )
 
 
@@ -63,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     for text in args.expect:             # bad --expect syntax first, before any file I/O
         _parse_expect(text)
     rec = read_record(args.file)
+    if rec.truncated:
+        raise UserError(truncated_text(rec), file=args.file)
     checks = check_expectations(rec, args.expect)
     failed = [c for c in checks if not c["ok"]]
     if args.json:

@@ -10,7 +10,10 @@ before). Nodes are ``model.addNode(QNN_OPCONFIG_VERSION_1, "<name>",
 Comments are removed first: the header comment holds the recorded argument
 list (``float_bitwidth=32`` ...), which must never be read as tensor data.
 A truncated or hand-edited source yields what could be read plus a list of
-problems; this module never raises on content.
+problems; this module never raises on content. ``CppModel.truncated`` says why
+the file looks cut off (an unterminated comment, a tensor definition cut short,
+no end of ``QnnModel_composeGraphs``) and ``CppModel.untyped`` names tensors
+whose data type cannot be read: either makes an audit of the file incomplete.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from qnn_ci.tables import QNN_DATATYPES
 
 log = logging.getLogger(__name__)
 
+RECORD_MARKER = "Command Line used:"
 _FIELD = re.compile(
     r"\.(name|type|dataType|rank|dimensions|quantizeParams)\s*=\s*"
     r"(\"(?:[^\"\\]|\\.)*\"|[A-Za-z_][A-Za-z0-9_]*|-?\d+|\{)"
@@ -81,6 +85,24 @@ class CppModel:
     graphs: list[str]
     sdk_version_full: str | None = None
     problems: list[str] = field(default_factory=list)
+    truncated: str | None = None       # why the file looks cut off, None when complete
+    untyped: list[str] = field(default_factory=list)   # tensors without a readable dataType
+    has_compose: bool = False          # QnnModel_composeGraphs was found
+    has_record: bool = False           # the "Command Line used:" comment was found
+
+    @property
+    def converter_output(self) -> bool:
+        """Whether the text looks like converter output at all."""
+        return bool(self.tensors) or self.has_compose or self.has_record
+
+    def incomplete(self) -> str | None:
+        """Why an audit of this file cannot be complete, else None."""
+        if self.truncated:
+            return self.truncated
+        if self.untyped:
+            shown = ", ".join(self.untyped[:5]) + (" ..." if len(self.untyped) > 5 else "")
+            return f"{len(self.untyped)} tensor(s) without a readable .dataType ({shown})"
+        return None
 
     def data_type_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -94,7 +116,8 @@ class CppModel:
                 "sdk_version_full": self.sdk_version_full,
                 "tensors": [t.to_dict() for t in self.tensors],
                 "nodes": [n.to_dict() for n in self.nodes],
-                "data_types": self.data_type_counts(), "problems": self.problems}
+                "data_types": self.data_type_counts(), "problems": self.problems,
+                "truncated": self.truncated, "untyped": self.untyped}
 
 
 def strip_comments(text: str, problems: list[str] | None = None) -> str:
@@ -183,6 +206,10 @@ def parse_cpp_text(text: str, *, source: str = "<text>") -> CppModel:
     problems: list[str] = []
     sdk = re.search(r"QNN_SDK_VERSION\s*=\s*\"([^\"]*)\"", text)
     code = strip_comments(text, problems)
+    cut: list[str] = []           # why the file looks truncated, first reason first
+    untyped: list[str] = []
+    if problems:                  # strip_comments reports only an unterminated comment
+        cut.append("an unterminated /* comment")
     arrays = {m.group(1): m.group(2) for m in _ARRAY.finditer(code)}
     name_arrays = {m.group(1): _STRING.findall(m.group(2)) for m in _NAMES_ARRAY.finditer(code)}
 
@@ -196,11 +223,18 @@ def parse_cpp_text(text: str, *, source: str = "<text>") -> CppModel:
         if t.data_type is None and t.type is None:
             if last:
                 problems.append(f"source ends after .name= {t.name!r} (file truncated?)")
+                cut.append(f"the source ends after .name= {t.name!r}")
             return          # a parameter's .name="dilation", not a tensor
         if t.data_type is None:
             why = "definition cut short (file truncated?)" if last else \
                 "no .dataType (definition incomplete)"
             problems.append(f"tensor {t.name!r}: {why}")
+            if last:
+                cut.append(f"the definition of tensor {t.name!r} is cut short")
+            else:
+                untyped.append(t.name)
+        elif not t.data_type.startswith("QNN_DATATYPE_"):
+            untyped.append(t.name)
         if t.name in seen:
             return
         seen.add(t.name)
@@ -242,15 +276,61 @@ def parse_cpp_text(text: str, *, source: str = "<text>") -> CppModel:
         nodes.append(CppNode(m.group(1), m.group(2), m.group(3), inputs))
 
     graphs = list(dict.fromkeys(_GRAPH.findall(code)))
-    if "QnnModel_composeGraphs" not in code:
+    compose = _compose_state(code)
+    if compose == "missing":
         problems.append("no QnnModel_composeGraphs function (file truncated or not a "
                         "converter source?)")
+        if tensors or RECORD_MARKER in text:
+            cut.append("no QnnModel_composeGraphs function (the end of the file is missing)")
+    elif compose == "open":
+        problems.append("QnnModel_composeGraphs does not end (file truncated?)")
+        cut.append("QnnModel_composeGraphs does not end")
     if not tensors:
         problems.append("no tensor definitions found")
     for p in problems:
         log.debug("%s: %s", source, p)
-    return CppModel(source=source, tensors=tensors, nodes=nodes, graphs=graphs,
-                    sdk_version_full=sdk.group(1) if sdk else None, problems=problems)
+    model = CppModel(source=source, tensors=tensors, nodes=nodes, graphs=graphs,
+                     sdk_version_full=sdk.group(1) if sdk else None, problems=problems,
+                     untyped=untyped, has_compose=compose != "missing",
+                     has_record=RECORD_MARKER in text)
+    if cut and model.converter_output:     # a README with a stray "/*" is not "cut off"
+        model.truncated = cut[0]
+    return model
+
+
+_COMPOSE = re.compile(r"\bQnnModel_composeGraphs\s*\(")
+
+
+def _compose_state(code: str) -> str:
+    """"missing", "open" (its body never closes: the end of the graph-composition
+    code is missing) or "closed". ``code`` has its comments removed."""
+    m = _COMPOSE.search(code)
+    if m is None:
+        return "missing"
+    depth_paren, i, n = 1, m.end(), len(code)
+    while i < n and depth_paren:
+        depth_paren += {"(": 1, ")": -1}.get(code[i], 0)
+        i += 1
+    body = code.find("{", i)
+    if depth_paren or body < 0:
+        return "open"
+    depth, i = 0, body
+    while i < n:
+        ch = code[i]
+        if ch in "\"'":                  # skip a string or char literal
+            j = i + 1
+            while j < n and code[j] != ch and code[j] != "\n":
+                j += 2 if code[j] == "\\" else 1
+            i = j + 1
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return "closed"
+        i += 1
+    return "open"
 
 
 def read_cpp_model(path: Path) -> CppModel:

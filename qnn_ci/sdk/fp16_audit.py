@@ -6,6 +6,10 @@ load. The audit reads tensor data types only — ``.dataType=
 QNN_DATATYPE_FLOAT_16`` in the source, ``data_type`` 534 in a ``_net.json``
 or onnxruntime-qnn's QNN JSON graph — never the header comment (which
 contains words like ``float_bitwidth=32``).
+
+A source that is cut off (``CppModel.truncated``) or has tensors whose data
+type cannot be read cannot prove "zero FP16": the report says why in
+``incomplete`` and the gate fails.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class Fp16Report:
     total_tensors: int
     problems: list[str] = field(default_factory=list)
     kind: str = "cpp"                  # "cpp" | "json"
+    incomplete: str | None = None      # why the audit cannot be complete (truncated / edited)
+    converter_output: bool = True      # False: nothing in the file looks like converter output
 
     @property
     def count(self) -> int:
@@ -39,7 +45,7 @@ class Fp16Report:
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "kind": self.kind, "fp16_tensors": list(self.tensors),
                 "count": self.count, "total_tensors": self.total_tensors,
-                "problems": list(self.problems)}
+                "problems": list(self.problems), "incomplete": self.incomplete}
 
 
 def audit_fp16(path: Path) -> Fp16Report:
@@ -54,10 +60,22 @@ def audit_fp16(path: Path) -> Fp16Report:
     if looks_like_json(text, path):
         net = parse_net_json(load_json(text, path), source=str(path))
         names = [t.name for t in net.tensors if t.data_type_code == FP16_CODE]
-        return Fp16Report(str(path), names, len(net.tensors), list(net.problems), "json")
+        untyped = [t.name for t in net.tensors if t.data_type_code is None]
+        incomplete = (f"{len(untyped)} tensor(s) without a data_type ({', '.join(untyped[:5])}"
+                      f"{' ...' if len(untyped) > 5 else ''})") if untyped else None
+        return Fp16Report(str(path), names, len(net.tensors), list(net.problems), "json",
+                          incomplete=incomplete, converter_output=bool(net.tensors))
     model = parse_cpp_text(text, source=str(path))
     names = [t.name for t in model.tensors if t.data_type == FP16_NAME]
-    return Fp16Report(str(path), names, len(model.tensors), list(model.problems), "cpp")
+    return Fp16Report(str(path), names, len(model.tensors), list(model.problems), "cpp",
+                      incomplete=model.incomplete(), converter_output=model.converter_output)
+
+
+def incomplete_text(report: Fp16Report) -> str:
+    """One line: why the audit of ``report``'s file is incomplete and what to do."""
+    return (f"{Path(report.source).name}: {report.incomplete}: the file is truncated or "
+            f"edited, so the FP16 audit is incomplete ({report.total_tensors} tensor(s) "
+            f"read); regenerate it with qnn-onnx-converter")
 
 
 def why_fp16_fails(soc: SocInfo) -> str:
@@ -71,7 +89,12 @@ def gate_fp16(report: Fp16Report, soc: SocInfo) -> list[Finding]:
     no FP16; an info finding with the count otherwise."""
     findings: list[Finding] = []
     name = Path(report.source).name
+    if report.incomplete:
+        findings.append(Finding("fp16.incomplete", incomplete_text(report), Severity.ERROR,
+                                subject=name))
     if report.total_tensors == 0:
+        if report.incomplete:
+            return findings
         findings.append(Finding(
             "fp16.unreadable",
             f"{name}: no tensor definitions could be read, so zero FP16 cannot be "

@@ -143,6 +143,7 @@ class ConverterRecord:
     sdk_version_full: str | None = None        # "qaisw-v2.27.0.240926142112_100894"
     source: str | None = None                  # the file it was read from
     problems: list[str] = field(default_factory=list)
+    truncated: str | None = None               # why the record looks cut off or edited
 
     def has(self, key: str) -> bool:
         return canonical_key(key) in self.args
@@ -168,6 +169,7 @@ class ConverterRecord:
             "args": dict(self.args),
             "conflicts": [c.to_dict() for c in self.conflicts],
             "problems": list(self.problems),
+            "truncated": self.truncated,
             "source": self.source,
             "raw": self.raw,
         }
@@ -276,19 +278,22 @@ def parse_record_text(text: str, *, source: str | None = None) -> ConverterRecor
                            problems=problems)
 
 
-def _record_from_source(text: str) -> tuple[str | None, list[str]]:
+def _record_from_source(text: str) -> tuple[str | None, list[str], str | None]:
+    """(record body, problems, why it looks cut off or None)."""
     problems: list[str] = []
     m = _CMD_MARKER.search(text)
     if m:
+        cut = None
         if not m.group(2):
             problems.append("the record comment is not closed (file truncated?)")
+            cut = "the 'Command Line used:' comment is not closed"
         body = m.group(1).strip()
-        return (body or None), problems
+        return (body or None), problems, cut
     m2 = _CMD_LINE.search(text[:200_000])
     if m2:
         problems.append("no 'Command Line used:' marker; read the converter line found")
-        return m2.group(1).strip(), problems
-    return None, problems
+        return m2.group(1).strip(), problems, None
+    return None, problems, None
 
 
 def _sdk_version_in(text: str) -> str | None:
@@ -353,18 +358,29 @@ def read_record(path: Path) -> ConverterRecord:
         rec = parse_record_text(cmd, source=str(path))
         full = _version_in_json(data)
     else:
-        body, problems = _record_from_source(text)
+        body, problems, cut = _record_from_source(text)
         if body is None:
             raise UserError("no recorded argument list (no 'Command Line used:' comment); "
                             "pass the converter's generated source or _net.json", file=path)
         rec = parse_record_text(body, source=str(path))
         rec.problems[:0] = problems
+        rec.truncated = cut
         full = _sdk_version_in(text)
+    if rec.truncated is None:
+        unbalanced = [p for p in rec.problems if p.startswith("unbalanced brackets")]
+        if unbalanced:
+            rec.truncated = unbalanced[0]
     rec.sdk_version_full = full
     rec.sdk_version = short_version(full)
     if not rec.raw_args:
         raise UserError("the recorded argument list has no key=value entries", file=path)
     return rec
+
+
+def truncated_text(rec: ConverterRecord) -> str:
+    """One line: the record is cut off or edited, so what it says is incomplete."""
+    return (f"{rec.truncated}: the file is truncated or edited, so the recorded argument "
+            f"list is incomplete; regenerate it with qnn-onnx-converter")
 
 
 def alias_of(key: str) -> str | None:

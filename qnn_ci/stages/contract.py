@@ -20,7 +20,12 @@ import onnx
 
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sdk.record import ARGS_OF_INTEREST, ConverterRecord, read_record, same_value
+from qnn_ci.sdk.record import (
+    ARGS_OF_INTEREST,
+    ConverterRecord,
+    read_record,
+    same_value,
+)
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Stage, StageContext
 from qnn_ci.tables import is_integer_input_dtype
@@ -86,13 +91,23 @@ def compare(rec: ConverterRecord, export: ExportSpec, input_list: Path | None,
     are resolved, the converter's working folder)."""
     q = export.quantization
     findings: list[Finding] = []
+    cut_off: list[str] = []       # asked keys a truncated record does not reach
 
     def mismatch(key: str, asked: Any, extra: str = "") -> None:
         findings.append(Finding(f"contract.{key}",
                                 f"{key}: asked {asked}, converter recorded "
                                 f"{_show(rec.raw_value(key))}{extra}", Severity.ERROR, key))
 
+    def reached(key: str) -> bool:
+        """False (and noted) for a key a cut-off record may have lost."""
+        if rec.has(key) or not rec.truncated:
+            return True
+        cut_off.append(key)
+        return False
+
     def check(key: str, asked: Any) -> None:
+        if not reached(key):
+            return
         if not rec.has(key):
             findings.append(Finding("contract.unrecorded", f"{key}: asked {asked}, but this "
                                     f"SDK's record does not list it", Severity.WARNING, key))
@@ -114,7 +129,9 @@ def compare(rec: ConverterRecord, export: ExportSpec, input_list: Path | None,
         check("percentile_calibration_value", q.percentile)
 
     recorded_list = rec.raw_value("input_list")
-    if input_list is None:
+    if not reached("input_list"):
+        pass
+    elif input_list is None:
         if recorded_list not in (None, "", "None"):
             mismatch("input_list", "none")
     elif recorded_list in (None, "", "None"):
@@ -124,7 +141,9 @@ def compare(rec: ConverterRecord, export: ExportSpec, input_list: Path | None,
         mismatch("input_list", str(input_list))
 
     recorded_ov = rec.raw_value("quantization_overrides")
-    if q.overrides is None:
+    if not reached("quantization_overrides"):
+        pass
+    elif q.overrides is None:
         if recorded_ov not in (None, "", "None"):
             mismatch("quantization_overrides", "none")
     elif recorded_ov in (None, "", "None"):
@@ -133,13 +152,20 @@ def compare(rec: ConverterRecord, export: ExportSpec, input_list: Path | None,
     elif _realpath(recorded_ov, base) != os.path.realpath(q.overrides):
         mismatch("quantization_overrides", str(q.overrides))
 
-    want = expected_input_encodings(export)
+    want = expected_input_encodings(export) if reached("input_encoding") else {}
     got = _recorded_encodings(rec)
     for name, enc in want.items():
         if got.get(name) != enc:
             mismatch("input_encoding", f"[{name!r}, {enc!r}]",
                      "" if name not in got else f" ({name} recorded as {got[name]!r})")
 
+    if rec.truncated:
+        missing = f" (not checked: {', '.join(cut_off)})" if cut_off else ""
+        name = Path(rec.source).name if rec.source else "the record"
+        findings.insert(0, Finding(
+            "contract.truncated", f"{name}: {rec.truncated}: the file is truncated or edited, "
+            f"so the contract check is incomplete{missing}; re-run the conversion",
+            Severity.ERROR, name))
     for c in rec.conflicts:
         findings.append(Finding("contract.alias_conflict", c.message(), Severity.WARNING,
                                 c.canonical))
@@ -178,7 +204,9 @@ class ContractStage(Stage):
         base = Path(rec.source or ".").resolve().parent
         findings = compare(rec, ctx.export, input_list, base)
         errors_ = [f for f in findings if f.severity == Severity.ERROR]
-        if errors_:
+        if errors_ and errors_[0].check == "contract.truncated":
+            summary = errors_[0].message
+        elif errors_:
             summary = f"{len(errors_)} setting(s) did not take effect: " + \
                       errors_[0].message
         else:

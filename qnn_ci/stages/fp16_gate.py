@@ -9,8 +9,9 @@ import json
 import logging
 from pathlib import Path
 
+from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sdk.fp16_audit import Fp16Report, audit_fp16, gate_fp16
+from qnn_ci.sdk.fp16_audit import Fp16Report, audit_fp16, gate_fp16, incomplete_text
 from qnn_ci.stage import Stage, StageContext
 from qnn_ci.tables import get_soc
 
@@ -34,7 +35,11 @@ class Fp16GateStage(Stage):
                                         f"({path or 'not listed'}); it was not audited",
                                         Severity.WARNING, subject=key))
                 continue
-            reports.append(audit_fp16(Path(path)))
+            try:
+                reports.append(audit_fp16(Path(path)))
+            except UserError as exc:      # e.g. a _net.json cut off mid-way: not JSON
+                findings.append(Finding("fp16.incomplete", f"{exc.oneline()}; the FP16 "
+                                        f"audit is incomplete", Severity.ERROR, subject=key))
         soc = None
         if export.target.soc:
             soc = get_soc(export.target.soc, file=export.manifest, line=export.line,
@@ -45,6 +50,8 @@ class Fp16GateStage(Stage):
             findings.append(Finding("fp16.unreadable", "neither the generated source nor the "
                                     "_net.json could be audited", Severity.ERROR))
         elif soc is None:
+            findings += [Finding("fp16.incomplete", incomplete_text(r), Severity.ERROR,
+                                 subject=Path(r.source).name) for r in reports if r.incomplete]
             findings.append(Finding("fp16.no_soc", f"{len(names)} FP16 tensor(s); no "
                                     f"target.soc in the manifest, so nothing is gated",
                                     Severity.WARNING))
@@ -64,9 +71,12 @@ class Fp16GateStage(Stage):
 
         failed = any(f.severity == Severity.ERROR for f in findings)
         where = f"{soc.name}, HTP {soc.arch_name}" if soc else "no target SoC"
-        if failed and names and soc is not None:
+        incomplete = [f for f in findings if f.check == "fp16.incomplete"]
+        if failed and names and soc is not None and not soc.fp16:
             summary = (f"{len(names)} FP16 tensor(s) of {total}: {soc.name} (HTP "
                        f"{soc.arch_name}) has no FP16, the context binary build would abort")
+        elif incomplete:
+            summary = incomplete[0].message
         elif failed:
             summary = next(f.message for f in findings if f.severity == Severity.ERROR)
         else:

@@ -83,6 +83,54 @@ def test_fp16_cli(tmp_path: Path, cpp_231: Path, fp16_net_json: Path,
     assert data["files"][0]["fp16_tensors"] == ["x_fp16", "w"]
 
 
+def test_fp16_cli_truncated_file_is_bad_input(tmp_path: Path, cpp_231: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    text = cpp_231.read_text("utf-8")
+    cut = tmp_path / "cut.cpp"
+    cut.write_text(text[: len(text) // 2], "utf-8")
+    for soc in ("QCS6490", "SM8550"):
+        assert main(["fp16", str(cut), "--soc", soc]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        [line] = captured.err.splitlines()
+        assert line.startswith(f"qnn-ci fp16: error: {cut}: no QnnModel_composeGraphs function")
+        assert "truncated or edited" in line and "audit would be incomplete" in line
+    assert main(["fp16", str(cpp_231), str(cut), "--soc", "QCS6490", "--json"]) == 2
+
+
+def test_fp16_cli_not_converter_output_is_bad_input(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# My model\n\nSee docs/*.md for the export /* notes.\n", "utf-8")
+    other_json = tmp_path / "package.json"
+    other_json.write_text('{"name": "x"}', "utf-8")
+    for path in (readme, other_json):
+        assert main(["fp16", str(path), "--soc", "SM8550"]) == 2
+        [line] = capsys.readouterr().err.splitlines()
+        assert line == (f"qnn-ci fp16: error: {path}: no tensor definitions: not converter "
+                        "output; pass the generated model source, its _net.json or a QNN "
+                        "JSON graph")
+
+
+def test_namespace_truncated_record_is_bad_input(tmp_path: Path, cpp_231: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    text = cpp_231.read_text("utf-8")
+    cut = tmp_path / "cut.cpp"
+    cut.write_text(text[: text.index("; weights_bitwidth=8")], "utf-8")
+    for extra in ([], ["--json"], ["--expect", "act_bitwidth=8"]):
+        assert main(["namespace", str(cut), *extra]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.splitlines() == [
+            f"qnn-ci namespace: error: {cut}: the 'Command Line used:' comment is not closed: "
+            "the file is truncated or edited, so the recorded argument list is incomplete; "
+            "regenerate it with qnn-onnx-converter"]
+    # cut after the record: the record itself is whole and is read
+    half = tmp_path / "half.cpp"
+    half.write_text(text[: len(text) // 2], "utf-8")
+    assert main(["namespace", str(half), "--expect", "weights_bitwidth=8"]) == 0
+
+
 def test_fp16_cli_bad_soc(cpp_231: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fp16", str(cpp_231), "--soc", "QCS649"]) == 2
     err = capsys.readouterr().err

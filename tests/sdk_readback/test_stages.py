@@ -104,6 +104,31 @@ def test_fp16_gate_unknown_soc_is_a_user_error(tmp_path: Path, cpp_231: Path) ->
     assert f"{export.manifest}:2: target.soc: unknown SoC 'QCS9999'" in err.value.oneline()
 
 
+def test_fp16_gate_fails_on_a_truncated_source(tmp_path: Path, cpp_231: Path) -> None:
+    text = cpp_231.read_text("utf-8")
+    cut = tmp_path / "model.cpp"
+    cut.write_text(text[: len(text) // 2], "utf-8")
+    for soc in ("QCS6490", None):          # gated or not, a cut file cannot pass
+        export = make_export(tmp_path, tmp_path / "m.onnx", soc=soc)
+        res = Fp16GateStage().run(make_ctx(tmp_path, export, "fp16_gate",
+                                           {"convert": passed("convert", {"cpp": cut})}))
+        assert res.status == Status.FAILED
+        assert [f.check for f in res.errors()] == ["fp16.incomplete"]
+        assert res.summary.startswith("model.cpp: no QnnModel_composeGraphs function")
+        assert "truncated or edited" in res.summary and "audit is incomplete" in res.summary
+
+
+def test_fp16_gate_fails_on_a_cut_net_json(tmp_path: Path, cpp_231: Path) -> None:
+    net = tmp_path / "model_net.json"
+    net.write_text(json.dumps(_fp16_net())[:200], "utf-8")
+    export = make_export(tmp_path, tmp_path / "m.onnx", soc="SM8550")
+    res = Fp16GateStage().run(make_ctx(tmp_path, export, "fp16_gate", {
+        "convert": passed("convert", {"cpp": cpp_231, "net_json": net})}))
+    assert res.status == Status.FAILED
+    [err] = res.errors()
+    assert err.check == "fp16.incomplete" and "not valid JSON" in err.message
+
+
 # -- contract -----------------------------------------------------------------
 
 
@@ -240,6 +265,29 @@ def test_contract_on_the_real_227_record(tmp_path: Path, head_227: Path) -> None
     assert [f.check for f in res.errors()] == [
         "contract.act_bitwidth", "contract.bias_bitwidth", "contract.input_list"]
     assert res.properties["sdk_version"] == "2.27.0"
+
+
+def test_contract_fails_on_a_record_cut_before_weights_bitwidth(
+        tmp_path: Path, two_input_model: Path) -> None:
+    calib = tmp_path / "input_list.txt"
+    calib.write_text("\n", "utf-8")
+    export = make_export(tmp_path, two_input_model)
+    text = source_text(_record(input_list=str(calib)), version=None)
+    cpp = tmp_path / "model.cpp"
+    cpp.write_text(text[: text.index("; weights_bitwidth")], "utf-8")
+    res = ContractStage().run(make_ctx(tmp_path, export, "contract", {
+        "convert": passed("convert", {"cpp": cpp}),
+        "calibration": passed("calibration", {"input_list": calib})}))
+    assert res.status == Status.FAILED
+    [err] = res.errors()
+    assert err.check == "contract.truncated"
+    assert err.message == (
+        "model.cpp: the 'Command Line used:' comment is not closed: the file is truncated "
+        "or edited, so the contract check is incomplete (not checked: weights_bitwidth); "
+        "re-run the conversion")
+    assert res.summary == err.message
+    # what the cut record still holds is checked
+    assert not any(f.check == "contract.unrecorded" for f in res.findings)
 
 
 def test_contract_without_record_fails(tmp_path: Path) -> None:

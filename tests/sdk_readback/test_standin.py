@@ -186,3 +186,43 @@ def test_overrides_recorded_and_encodings_checked(material: dict[str, Path],
     assert report["coverage"]["uncovered_activations"] == [
         "/conv/Conv_output_0", "/relu/Relu_output_0", "y"]
     assert report["coverage"]["uncovered_params"] == ["conv.bias"]
+
+
+@pytest.mark.parametrize("sdk, flags", [
+    ("sdk231", ("--act_bitwidth", "16", "--weights_bitwidth", "8", "--bias_bitwidth", "32")),
+    ("sdk218", ("--act_bw", "16", "--weight_bw", "8", "--bias_bw", "32"))])
+def test_standin_output_cut_in_half_fails_gate_and_contract(
+        material: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        sdk: str, flags: tuple[str, ...]) -> None:
+    from qnn_ci.cli import main
+
+    arts = convert(material, sdk, tmp_path / "out" / "model.cpp", "--input_list",
+                   str(material["input_list"]), *flags, "--input_encoding", "ids", "other")
+    text = arts["cpp"].read_text("utf-8")
+    calib = passed("calibration", {"input_list": material["input_list"]})
+    export = make_export(tmp_path, material["model"], soc="QCS6490")
+    whole = Fp16GateStage().run(make_ctx(tmp_path, export, "fp16_gate",
+                                         {"convert": passed("convert", arts)}))
+    assert whole.status == Status.PASSED, whole.failure_text()
+
+    half = tmp_path / "half" / "model.cpp"
+    half.parent.mkdir()
+    half.write_text(text[: len(text) // 2], "utf-8")
+    cut = {"cpp": half, "net_json": arts["net_json"]}
+    gate = Fp16GateStage().run(make_ctx(tmp_path, export, "fp16_gate",
+                                        {"convert": passed("convert", cut)}))
+    assert gate.status == Status.FAILED
+    assert [f.check for f in gate.errors()] == ["fp16.incomplete"]
+    assert main(["fp16", str(half), "--soc", "QCS6490"]) == 2
+    assert "truncated or edited" in capsys.readouterr().err
+
+    mid_record = tmp_path / "mid" / "model.cpp"
+    mid_record.parent.mkdir()
+    mid_record.write_text(text[: text.index("input_encoding=")], "utf-8")
+    res = ContractStage().run(make_ctx(tmp_path, export, "contract", {
+        "convert": passed("convert", {"cpp": mid_record}), "calibration": calib}))
+    assert res.status == Status.FAILED
+    assert [f.check for f in res.errors()] == ["contract.truncated"]
+    assert "input_encoding" in res.errors()[0].message.split("not checked: ")[1]
+    assert main(["namespace", str(mid_record)]) == 2
+    assert "truncated or edited" in capsys.readouterr().err
