@@ -5,7 +5,10 @@ thresholds and messages).
 Outputs are written as ``<dir>/Result_<N>/<output name>.npy`` (the
 qnn-net-run layout), so a run can be compared again with ``qnn-ci compare``.
 The quantized (QDQ) model is also run on the CPU: a loss seen there too comes
-from quantization, not from the HTP.
+from quantization, not from the HTP. Each output's quantization step (the scale
+of the QDQ model's last DequantizeLinear) goes to the comparison, which then
+calls a reference within 4 steps of zero "near zero" instead of failing it on
+noise (``qnn_ci.compare.resolution``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class NumericsResult:
     sim_s_per_inference: float
     cpu_s_per_inference: float
     findings: list[Finding] = field(default_factory=list)
+    quant_steps: dict[str, float] = field(default_factory=dict)   # output key -> step
 
     @property
     def passed(self) -> bool:
@@ -53,6 +57,7 @@ class NumericsResult:
                 "comparison": self.comparison.to_dict(),
                 "qdq_on_cpu": self.qdq_cpu.to_dict() if self.qdq_cpu is not None else None,
                 "reference_dir": str(self.reference_dir), "sim_dir": str(self.sim_dir),
+                "quant_steps": self.quant_steps,
                 "sim_s_per_inference": round(self.sim_s_per_inference, 4),
                 "cpu_s_per_inference": round(self.cpu_s_per_inference, 4)}
 
@@ -109,10 +114,35 @@ def write_outputs(folder: Path, outputs: Sequence[Outputs]) -> Path:
     return folder
 
 
+def output_steps(qdq_model: Path) -> dict[str, float]:
+    """Graph output name -> its quantization step: the scale of the
+    DequantizeLinear that produces it (the largest, for a per-channel scale).
+    Outputs not produced by a DequantizeLinear with a constant scale are left out."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(qdq_model), load_external_data=False)
+    inits = {i.name: i for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    steps: dict[str, float] = {}
+    for out in model.graph.output:
+        node = producer.get(out.name)
+        if node is None or node.op_type != "DequantizeLinear" or len(node.input) < 2:
+            continue
+        scale = inits.get(node.input[1])
+        if scale is None:
+            continue
+        value = float(np.max(np.abs(numpy_helper.to_array(scale))))
+        if np.isfinite(value) and value > 0:
+            steps[out.name] = value
+    return steps
+
+
 def _compare(reference: Path, test: Path, thresholds: Thresholds,
-             expected: dict[str, tuple[str, tuple[int, ...]]]) -> Any:
+             expected: dict[str, tuple[str, tuple[int, ...]]],
+             steps: dict[str, float]) -> Any:
     return compare_sets(load_output_set(reference), load_output_set(test), thresholds,
-                        expected=expected)
+                        expected=expected, quant_steps=steps)
 
 
 def _oracle(ref_dir: Path, qdq_dir: Path, sim_dir: Path) -> list[Finding]:
@@ -141,12 +171,15 @@ def simulate_and_compare(float_model: Path, qdq_model: Path | None, ctx_model: P
     sim, sim_s = run_all(htp_session(ctx_model, soc, log_path), samples, log_path=log_path)
     ref_dir = write_outputs(out_dir / "reference", ref)
     sim_dir = write_outputs(out_dir / "sim", sim)
-    comparison = _compare(ref_dir, sim_dir, thresholds, expected)
+    if qdq_model is not None and not qdq_model.is_file():
+        qdq_model = None
+    steps = {file_key(k): v for k, v in output_steps(qdq_model).items()} if qdq_model else {}
+    comparison = _compare(ref_dir, sim_dir, thresholds, expected, steps)
     qdq_cmp, qdq_dir = None, None
-    if qdq_model is not None and qdq_model.is_file():
+    if qdq_model is not None:
         qdq, _ = run_all(cpu_session(qdq_model), samples)
         qdq_dir = write_outputs(out_dir / "qdq_cpu", qdq)
-        qdq_cmp = _compare(ref_dir, qdq_dir, thresholds, expected)
+        qdq_cmp = _compare(ref_dir, qdq_dir, thresholds, expected, steps)
     findings = list(comparison.findings)
     if qdq_cmp is not None and qdq_dir is not None:
         findings.append(Finding("sim.qdq_on_cpu", "the same quantized (QDQ) model on "
@@ -156,4 +189,4 @@ def simulate_and_compare(float_model: Path, qdq_model: Path | None, ctx_model: P
                                 Severity.INFO))
         findings += _oracle(ref_dir, qdq_dir, sim_dir)
     return NumericsResult(len(samples), comparison, qdq_cmp, ref_dir, sim_dir, qdq_dir,
-                          sim_s, cpu_s, findings)
+                          sim_s, cpu_s, findings, steps)

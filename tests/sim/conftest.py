@@ -29,11 +29,12 @@ def _save(graph: onnx.GraphProto, path: Path, opset: int = 17) -> Path:
     return path
 
 
-def conv_graph(path: Path, *, batch: int | str = 1, bn: bool = False) -> Path:
-    """x[batch,3,8,8] -> Conv(4, 3x3) [-> BatchNormalization] -> Relu -> y."""
+def conv_graph(path: Path, *, batch: int | str = 1, bn: bool = False, bias: float = 0.1,
+               act: str = "Relu") -> Path:
+    """x[batch,3,8,8] -> Conv(4, 3x3, bias) [-> BatchNormalization] -> act -> y."""
     rng = np.random.default_rng(1)
     inits = [numpy_helper.from_array((rng.random((4, 3, 3, 3)) - 0.5).astype(np.float32), "w"),
-             numpy_helper.from_array(np.full(4, 0.1, np.float32), "b")]
+             numpy_helper.from_array(np.full(4, bias, np.float32), "b")]
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv1", pads=[1, 1, 1, 1])]
     last = "c"
     if bn:
@@ -42,7 +43,7 @@ def conv_graph(path: Path, *, batch: int | str = 1, bn: bool = False) -> Path:
         nodes.append(helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"],
                                       ["n"], name="bn1"))
         last = "n"
-    nodes.append(helper.make_node("Relu", [last], ["y"], name="relu1"))
+    nodes.append(helper.make_node(act, [last], ["y"], name=f"{act.lower()}1"))
     graph = helper.make_graph(
         nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, 8, 8])], inits)
