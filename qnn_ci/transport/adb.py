@@ -8,6 +8,10 @@
 - A death by signal N shows as exit code 128+N, as adbd reports it.
 - An offline or vanished device is reconnected (``adb disconnect`` + ``adb
   connect`` for TCP serials) ``board.retries`` times, then ``TransportError``.
+- Every socket to the adb server has ``board.timeout_s`` as its timeout, so a
+  push or pull that moves no data for that long (a device hung mid-transfer)
+  fails; it counts as a dropped connection (reconnect, then ``TransportError``),
+  never as a refusal by a healthy device.
 - The adb server is ``board.adb_server_port`` (default 5037); when none answers
   there, ``adb -P <port> start-server`` starts one.
 """
@@ -27,7 +31,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import adbutils
-from adbutils import AdbClient, AdbDevice, AdbError
+from adbutils import AdbClient, AdbDevice, AdbError, AdbTimeout
 
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
@@ -50,6 +54,10 @@ _TRANSIENT = (AdbError, OSError, EOFError, struct.error)
 
 
 _DROPPED = -2          # internal: the stream ended without an exit status
+
+
+def _timed_out(exc: BaseException) -> bool:
+    return isinstance(exc, TimeoutError | AdbTimeout)
 
 
 def _reason(exc: BaseException | None) -> str:
@@ -134,9 +142,11 @@ class AdbTransport(ShellFileOps):
 
     def _with_retries(self, what: str, op: Callable[[AdbDevice], T]) -> T:
         b = self.board
+        first: str | None = None            # the first failure's reason, for the message
         last: BaseException | None = None
         for attempt in range(b.retries + 1):
             if attempt:
+                first = first or _reason(last)
                 log.info("board %s: %s failed (%s); reconnect %d/%d", b.name, what,
                          _reason(last), attempt, b.retries)
                 time.sleep(b.retry_delay_s)
@@ -153,10 +163,17 @@ class AdbTransport(ShellFileOps):
             try:
                 return op(device)
             except _TRANSIENT as exc:
+                if _timed_out(exc):             # a hung device: a drop, never "refused"
+                    last = TimeoutError(f"no answer for {b.timeout_s:g} s during {what} "
+                                        "(device hung?)")
+                    continue
                 if self._online():
                     raise ToolError(f"board {b.name}: {what} failed: {_reason(exc)}") from None
                 last = exc
-        raise TransportError(f"board {b.name} unreachable: {_reason(last)} "
+        why = _reason(last)
+        if first is not None and first != why:
+            why = f"{first}; then {why}"
+        raise TransportError(f"board {b.name} unreachable: {why} "
                              f"(during {what}, {b.retries + 1} attempts)") from last
 
     def _supports_v2(self, device: AdbDevice) -> bool:
@@ -302,7 +319,10 @@ class AdbTransport(ShellFileOps):
                                     "no permission)") from None
                 raise
 
-        self._with_retries(f"put {local} -> {remote}", op)
+        try:
+            self._with_retries(f"put {local} -> {remote}", op)
+        except ToolError as exc:
+            raise self.explain_failed_put(exc, local, remote) from None
 
     def get(self, remote: str, local: Path) -> None:
         local = Path(local)

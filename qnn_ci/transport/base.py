@@ -10,9 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from qnn_ci.errors import ToolError
+
 
 class TransportError(Exception):
     """The board could not be reached or the connection broke (after retries)."""
+
+
+class DiskFullError(ToolError):
+    """A copy to the board failed and the board's filesystem has no room for it."""
 
 
 @dataclass

@@ -6,6 +6,7 @@ process group; files are plain copies. Remote paths are local paths.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
-from qnn_ci.transport.base import CommandResult
+from qnn_ci.transport.base import CommandResult, DiskFullError
 from qnn_ci.transport.remote_shell import merged_env, removable_path
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,22 @@ class LocalTransport:
         try:
             shutil.copyfile(src, dst)
         except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                self._raise_if_full(src, dst)
             raise ToolError(f"board {self.name}: {what} failed: {exc}") from None
+
+    def _raise_if_full(self, src: Path, dst: Path) -> None:
+        """DiskFullError when the free space plus the partial copy cannot hold ``src``
+        (as the remote transports judge it; /dev/full says ENOSPC on a roomy disk)."""
+        try:
+            free = shutil.disk_usage(dst.parent).free
+            written = dst.stat().st_size if dst.is_file() else 0
+            size = src.stat().st_size
+        except OSError:
+            return
+        if free + written < size:
+            raise DiskFullError(f"no space left on device on board {self.name} ({dst.parent}: "
+                                f"{free} bytes free, {size} needed to copy {src.name})")
 
     def put(self, local: Path, remote: str) -> None:
         local = Path(local)

@@ -16,10 +16,11 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnn_ci.errors import ToolError
-from qnn_ci.transport.base import CommandResult
+from qnn_ci.transport.base import CommandResult, DiskFullError, TransportError
 
 if TYPE_CHECKING:
     from qnn_ci.boards.config import BoardConfig
@@ -113,3 +114,47 @@ class ShellFileOps:
     def remove_tree(self, remote: str) -> None:
         path = removable_path(remote, self.board.work_root)
         self._check(["rm", "-rf", "--", path], f"rm -rf {path}")
+
+    def free_bytes(self, remote_dir: str) -> int | None:
+        """Bytes free for us on the filesystem holding ``remote_dir`` (``df -P``), or
+        None when the board cannot tell."""
+        result = self.run(["df", "-P", "--", remote_dir],
+                          timeout=min(self.board.timeout_s, SMALL_OP_TIMEOUT))
+        return parse_df_available(result.stdout) if result.exit_code == 0 else None
+
+    def remote_size(self, remote: str) -> int | None:
+        """Size of a file on the board (``stat -c %s``), None when it is not there."""
+        result = self.run(["stat", "-c", "%s", "--", remote],
+                          timeout=min(self.board.timeout_s, SMALL_OP_TIMEOUT))
+        text = result.stdout.strip()
+        return int(text) if result.exit_code == 0 and text.isdigit() else None
+
+    def explain_failed_put(self, exc: ToolError, local: Path, remote: str) -> ToolError:
+        """``exc`` named for what it is when the board's disk is full (the copy tools
+        only say "size mismatch in put! 0 != 300000" or "FAIL"), else ``exc`` itself.
+        Full: what is free plus what the failed copy already wrote cannot hold the file."""
+        folder = posixpath.dirname(remote.rstrip("/")) or "/"
+        try:
+            size = Path(local).stat().st_size
+            free = self.free_bytes(folder)
+            if free is None:
+                return exc
+            written = self.remote_size(remote) or 0
+        except (TransportError, ToolError, OSError, ValueError):
+            return exc
+        if free + written >= size:
+            return exc
+        return DiskFullError(f"no space left on device on board {self.name} ({folder}: "
+                             f"{free} bytes free, {size} needed to put {Path(local).name})")
+
+
+def parse_df_available(stdout: str) -> int | None:
+    """Available bytes from ``df -P`` output (POSIX format: 1024-byte blocks, the
+    fourth column; a long device name may wrap the data onto a second line)."""
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    if len(lines) < 2:
+        return None
+    fields = " ".join(lines[1:]).split()
+    if len(fields) < 4 or not fields[3].isdigit():
+        return None
+    return int(fields[3]) * 1024

@@ -8,6 +8,9 @@
 - A dropped connection, a refused connect or a silent server is retried
   ``board.retries`` times with a fresh connection, then ``TransportError("board
   <name> unreachable: ...")``. A bad host key or a failed login is never retried.
+- A file copy (SFTP) that moves no data for ``board.timeout_s`` seconds (a board
+  hung mid-transfer) counts as a dropped connection: a watchdog closes the
+  connection, so the copy can never block forever.
 - Failures the board reports while the connection is fine (no such file, no space)
   are ``ToolError``.
 """
@@ -18,6 +21,7 @@ import base64
 import hashlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,7 +75,55 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
+class _Stalled(TimeoutError):
+    """A file copy moved no data for the board's timeout (the board hung)."""
+
+
+class _Watchdog:
+    """Calls ``on_stall`` once when ``progress()`` was not called for ``stall_s``."""
+
+    def __init__(self, stall_s: float, on_stall: Callable[[], None]) -> None:
+        self.stall_s = stall_s
+        self.on_stall = on_stall
+        self.fired = False
+        self._last = time.monotonic()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True,
+                                        name="qnn-ci-sftp-watchdog")
+
+    def progress(self, *_: object) -> None:
+        self._last = time.monotonic()
+
+    def _watch(self) -> None:
+        while not self._done.wait(min(0.1, self.stall_s / 4)):
+            if time.monotonic() - self._last >= self.stall_s:
+                self.fired = True
+                try:
+                    self.on_stall()
+                except Exception as exc:    # the close is best effort; the copy still ends
+                    log.debug("closing a stalled connection failed: %s", exc)
+                return
+
+    def __enter__(self) -> _Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def _hard_close(conn: Connection) -> None:
+    """Close the connection without talking to the peer (it may be frozen: a polite
+    channel close would wait for an answer that never comes)."""
+    transport = conn.client.get_transport()
+    if transport is not None:
+        transport.close()
+
+
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, _Stalled):
+        return str(exc)
     if isinstance(exc, NoValidConnectionsError):
         return "connection refused (" + ", ".join(
             f"{addr[0]}:{addr[1]}" for addr in exc.errors) + ")"
@@ -163,9 +215,11 @@ class SshTransport(ShellFileOps):
     def _alive(self) -> bool:
         return self._conn is not None and self._conn.is_connected
 
-    def _drop(self) -> None:
+    def _drop(self, *, hard: bool = False) -> None:
         if self._conn is not None:
             try:
+                if hard:
+                    _hard_close(self._conn)
                 self._conn.close()
             except Exception:  # a dead socket may fail to close; nothing to keep
                 pass
@@ -194,17 +248,23 @@ class SshTransport(ShellFileOps):
 
     def _with_retries(self, what: str, op: Callable[[Connection], T]) -> T:
         b = self.board
+        first: BaseException | None = None
         last: BaseException | None = None
         for attempt in range(b.retries + 1):
             if attempt:
                 log.info("board %s: %s failed (%s); reconnect %d/%d", b.name, what,
                          _reason(last) if last else "?", attempt, b.retries)
                 time.sleep(b.retry_delay_s)
+            first = first or last
             try:
                 return op(self._connection())
             except (_UnknownHostKey, BadHostKeyException, AuthenticationException) as exc:
                 self._drop()
                 raise TransportError(self._fatal_message(exc)) from None
+            except TimeoutError as exc:         # a stalled copy or a silent socket
+                last = exc
+                self._drop(hard=True)
+                continue
             except OSError as exc:
                 if self._alive() and not isinstance(exc, NoValidConnectionsError):
                     raise ToolError(f"board {b.name}: {what} failed: {exc}") from None
@@ -213,7 +273,10 @@ class SshTransport(ShellFileOps):
                 last = exc
             self._drop()
         assert last is not None
-        raise TransportError(f"board {b.name} unreachable: {_reason(last)} "
+        why = _reason(last)
+        if first is not None and _reason(first) != why:
+            why = f"{_reason(first)}; then {why}"
+        raise TransportError(f"board {b.name} unreachable: {why} "
                              f"(during {what}, {b.retries + 1} attempts)") from last
 
     # --- commands ----------------------------------------------------------
@@ -255,25 +318,58 @@ class SshTransport(ShellFileOps):
             self._drop()
 
     # --- files -------------------------------------------------------------
+    @property
+    def stall_timeout(self) -> float:
+        """Seconds a file copy may move no data before the connection counts as dropped."""
+        return self.board.timeout_s
+
+    def _sftp_op(self, what: str, fn: Callable[[paramiko.SFTPClient, Callable[..., None]], T]
+                 ) -> T:
+        """``fn(sftp, progress)`` under a watchdog: when ``progress`` is not called for
+        ``stall_timeout`` s the connection is closed under it, and the copy fails as a
+        dropped connection (retried, then TransportError) instead of blocking forever."""
+        stall = self.stall_timeout
+
+        def op(conn: Connection) -> T:
+            with _Watchdog(stall, lambda: _hard_close(conn)) as dog:
+                try:
+                    sftp = conn.sftp()
+                    channel = sftp.get_channel()
+                    if channel is not None:
+                        channel.settimeout(stall)
+                    return fn(sftp, dog.progress)
+                except (OSError, EOFError, SSHException) as exc:
+                    if dog.fired or isinstance(exc, TimeoutError):
+                        raise _Stalled(f"no data moved for {stall:g} s during {what} "
+                                       "(board hung?)") from exc
+                    raise
+
+        return self._with_retries(what, op)
+
     def put(self, local: Path, remote: str) -> None:
         local = Path(local)
         if not local.is_file():
             raise FileNotFoundError(f"no such local file: {local}")
-        self._with_retries(f"put {local} -> {remote}",
-                           lambda conn: conn.sftp().put(str(local), remote))
+        what = f"put {local} -> {remote}"
+        try:
+            self._sftp_op(what, lambda sftp, progress: sftp.put(str(local), remote,
+                                                                callback=progress))
+        except ToolError as exc:
+            raise self.explain_failed_put(exc, local, remote) from None
 
     def get(self, remote: str, local: Path) -> None:
         local = Path(local)
         part = local.with_name(f".{local.name}.part-{os.getpid()}")
         try:
-            self._with_retries(f"get {remote}", lambda conn: conn.sftp().get(remote, str(part)))
+            self._sftp_op(f"get {remote}", lambda sftp, progress: sftp.get(
+                remote, str(part), callback=progress))
             os.replace(part, local)
         finally:
             part.unlink(missing_ok=True)
 
     def listdir(self, remote: str) -> list[str]:
-        return sorted(self._with_retries(f"listdir {remote}",
-                                         lambda conn: conn.sftp().listdir(remote)))
+        return sorted(self._sftp_op(f"listdir {remote}",
+                                    lambda sftp, _progress: sftp.listdir(remote)))
 
     def close(self) -> None:
         self._drop()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.adb_device import AdbDevice, AdbServer, adb_missing_reason
+from fixtures.small_disk import small_disk_or_skip
 from fixtures.sshd import SshServer, sshd_missing_reason
 
 
@@ -50,3 +51,9 @@ def adb_device(tmp_path: Path, adb_server: AdbServer) -> Iterator[AdbDevice]:
     finally:
         adb_server.disconnect(device.serial)
         device.stop()
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 100 KiB tmpfs (skipped where mounting is not allowed)."""
+    yield from small_disk_or_skip(tmp_path / "small-disk", 100)

@@ -14,7 +14,7 @@ from fixtures.sshd import pids_with_env
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
 from qnn_ci.transport.adb import AdbTransport
-from qnn_ci.transport.base import TransportError
+from qnn_ci.transport.base import DiskFullError, TransportError
 
 HOSTILE = "a b'c\"d $(touch pwned);e `touch pwned` & x"
 
@@ -190,3 +190,67 @@ def test_device_lost_mid_command_is_not_rerun(adb: AdbTransport, adb_device: Adb
     assert result.exit_code == -1 and not result.timed_out  # type: ignore[attr-defined]
     assert "connection to board phone lost" in result.stderr  # type: ignore[attr-defined]
     assert counter.read_text() == "run\n"
+
+
+@pytest.mark.parametrize("direction", ["put", "get"])
+def test_device_frozen_mid_copy_fails_within_the_timeout(adb_device: AdbDevice,
+                                                         adb_server: AdbServer, tmp_path: Path,
+                                                         direction: str) -> None:
+    """A device that hangs mid-transfer (it stops reading and answering): the push or
+    pull ends as an unreachable board after timeout_s plus the reconnect, not never."""
+    board = _board(adb_device, adb_server, timeout_s=2.0, connect_timeout_s=1.0)
+    adb = AdbTransport(board)
+    work = adb_device.root / "work"
+    work.mkdir()
+    big = (tmp_path if direction == "put" else work) / "big.bin"
+    with big.open("wb") as f:                           # sparse: cheap to make, slow to send
+        f.truncate(256 * 1024 * 1024)
+    if direction == "put":
+        growing = work / "copy.bin"
+        copy = lambda: adb.put(big, str(growing))       # noqa: E731
+    else:
+        growing = tmp_path / ".copy.bin.part"
+        copy = lambda: adb.get(str(big), tmp_path / "copy.bin")  # noqa: E731
+    frozen_at: list[float] = []
+    out: dict[str, BaseException] = {}
+
+    def freeze_when_started() -> None:
+        _wait_until(lambda: growing.exists() and growing.stat().st_size > 1 << 20,
+                    "the copy to start", 30)
+        adb_device.freeze()
+        frozen_at.append(time.monotonic())
+
+    def attempt() -> None:
+        try:
+            copy()
+        except BaseException as exc:
+            out["error"] = exc
+
+    freezer = threading.Thread(target=freeze_when_started, daemon=True)
+    freezer.start()
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(60)
+    ended = time.monotonic()
+    freezer.join(30)
+    adb_device.thaw()
+    assert not t.is_alive(), "hung"
+    assert frozen_at, "the copy never started"
+    error = out.get("error")
+    assert isinstance(error, TransportError), error
+    message = str(error)
+    assert message.startswith(f"board phone unreachable: no answer for 2 s during {direction} ")
+    assert "(device hung?)" in message and "2 attempts" in message
+    bound = board.timeout_s + board.retry_delay_s + 2 * board.connect_timeout_s + 5.0
+    assert ended - frozen_at[0] < bound
+    assert not (tmp_path / "copy.bin").exists()
+
+
+def test_full_disk_is_named_on_push(adb: AdbTransport, full_disk: Path, tmp_path: Path) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(300_000))
+    with pytest.raises(DiskFullError) as info:
+        adb.put(src, f"{full_disk}/f.bin")
+    assert str(info.value) == (f"no space left on device on board phone ({full_disk}: "
+                               "0 bytes free, 300000 needed to put f.bin)")
+    assert adb.run(["true"], timeout=30).exit_code == 0      # the device is fine

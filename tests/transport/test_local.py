@@ -12,6 +12,7 @@ import pytest
 from fixtures.sshd import pids_with_env
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
+from qnn_ci.transport.base import DiskFullError
 from qnn_ci.transport.local import LocalTransport
 
 
@@ -58,3 +59,12 @@ def test_files(local: LocalTransport, tmp_path: Path) -> None:
         local.get(f"{root}/missing", tmp_path / "m")
     with pytest.raises(ToolError, match="put"):
         local.put(src, "/dev/full")
+
+
+def test_full_disk_is_named(local: LocalTransport, full_disk: Path, tmp_path: Path) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(300_000))
+    with pytest.raises(DiskFullError) as info:
+        local.put(src, f"{full_disk}/f.bin")
+    assert str(info.value) == (f"no space left on device on board here ({full_disk}: "
+                               "0 bytes free, 300000 needed to copy f.bin)")

@@ -13,7 +13,7 @@ import pytest
 
 from fixtures.sshd import SshServer, free_port
 from qnn_ci.errors import ToolError
-from qnn_ci.transport.base import TransportError
+from qnn_ci.transport.base import DiskFullError, TransportError
 from qnn_ci.transport.ssh import SshTransport
 
 HOSTILE = "a b'c\"d $(touch pwned);e `touch pwned` & x"
@@ -299,3 +299,67 @@ def test_board_side_failures_are_tool_errors(ssh: SshTransport, sshd: SshServer,
     with pytest.raises(ToolError, match="listdir"):
         ssh.listdir(f"{root}/nope")
     assert ssh.run(["true"], timeout=30).exit_code == 0      # the connection survived
+
+
+@pytest.mark.parametrize("direction", ["put", "get"])
+def test_board_frozen_mid_copy_fails_within_the_timeout(sshd: SshServer, tmp_path: Path,
+                                                        direction: str) -> None:
+    """sshd SIGSTOPped mid-transfer: TCP stays up, no data moves. The copy must end
+    as an unreachable board after timeout_s (+ the reconnect attempts), not hang."""
+    board = sshd.board(timeout_s=2.0, connect_timeout_s=1.0, retries=1, retry_delay_s=0.1)
+    ssh = SshTransport(board)
+    work = Path(board.work_root)
+    work.mkdir()
+    big = (tmp_path if direction == "put" else work) / "big.bin"
+    with big.open("wb") as f:                           # sparse: cheap to make, slow to send
+        f.truncate(512 * 1024 * 1024)
+    if direction == "put":
+        growing = work / "copy.bin"
+        copy = lambda: ssh.put(big, str(growing))       # noqa: E731
+    else:
+        growing = tmp_path / f".copy.bin.part-{os.getpid()}"
+        copy = lambda: ssh.get(str(big), tmp_path / "copy.bin")  # noqa: E731
+    frozen_at: list[float] = []
+
+    def freeze_when_started() -> None:
+        _wait_until(lambda: growing.exists() and growing.stat().st_size > 1 << 20,
+                    "the copy to start", 30)
+        sshd.pause()
+        frozen_at.append(time.monotonic())
+
+    freezer = threading.Thread(target=freeze_when_started, daemon=True)
+    freezer.start()
+    try:
+        _, error = _in_thread(copy, limit=60)
+        ended = time.monotonic()
+    finally:
+        freezer.join(30)
+        sshd.resume()
+    assert frozen_at, "the copy never started"
+    assert isinstance(error, TransportError), error
+    message = str(error)
+    assert message.startswith("board testboard unreachable: no data moved for 2 s during "
+                              f"{direction} "), message
+    assert "(board hung?)" in message and "2 attempts" in message
+    # the stall timeout, one reconnect (delay + connect timeout), and slack for a busy box
+    bound = board.timeout_s + board.retry_delay_s + board.connect_timeout_s + 5.0
+    assert ended - frozen_at[0] < bound
+    assert not (tmp_path / "copy.bin").exists()          # no half file left behind locally
+    assert ssh.run(["true"], timeout=10).exit_code == 0  # the board is back: so is the transport
+    ssh.close()
+
+
+def test_full_disk_is_named_on_upload(ssh: SshTransport, full_disk: Path,
+                                      tmp_path: Path) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(300_000))
+    with pytest.raises(DiskFullError) as info:
+        ssh.put(src, f"{full_disk}/f.bin")
+    assert str(info.value) == (f"no space left on device on board testboard ({full_disk}: "
+                               "0 bytes free, 300000 needed to put f.bin)")
+    assert isinstance(info.value, ToolError)
+    (full_disk / "f.bin").unlink()                     # room again: the same copy works
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"x" * 50_000)
+    ssh.put(small, f"{full_disk}/small.bin")
+    assert (full_disk / "small.bin").stat().st_size == 50_000
