@@ -31,7 +31,7 @@ from qnn_ci.boards.versions import BoardVersion, read_board_version, version_fin
 from qnn_ci.calibration.input_list import parse_input_list, resolve_line
 from qnn_ci.errors import ToolError, UserError
 from qnn_ci.results import Finding, Severity
-from qnn_ci.transport.base import CommandResult, Transport, TransportError
+from qnn_ci.transport.base import CommandResult, DiskFullError, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +291,8 @@ def run_on_board(transport: Transport, board: BoardConfig, *, library: Path,
         result.findings.append(Finding("board.unreachable", text, subject=board.name))
     except ToolError as exc:          # the board refused a file operation (space, rights)
         text = str(exc)
-        check = "board.disk_full" if "No space left" in text else "board.transfer"
+        full = isinstance(exc, DiskFullError) or "no space left on device" in text.lower()
+        check = "board.disk_full" if full else "board.transfer"
         result.findings.append(Finding(check, text, subject=board.name))
     finally:
         try:

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fixtures.qairt_standin.net_run import make_board
+from fixtures.small_disk import small_disk_or_skip
 from fixtures.sshd import SshServer, sshd_missing_reason
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.transport.base import Transport
@@ -118,6 +119,12 @@ def board(sshd_server: SshServer, tmp_path: Path) -> Iterator[Board]:
     leftovers = sshd_server.remote_pids()
     sshd_server.kill_remote()
     assert not leftovers, f"processes left on the board: {leftovers}"
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 100 KiB tmpfs (skipped where mounting is not allowed)."""
+    yield from small_disk_or_skip(tmp_path / "small-disk", 100)
 
 
 @dataclass(frozen=True)

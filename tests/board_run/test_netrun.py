@@ -175,3 +175,17 @@ def test_an_input_path_with_spaces_is_a_user_error(board: Board, library: Path,
     with pytest.raises(UserError, match=r"input_list.txt:1: mixes"):
         _run(board, library, lst, tmp_path / "wd")
     assert sorted(p.name for p in board.work_root.iterdir()) == ["keep-me"]
+
+
+def test_full_remote_disk_during_upload_is_named(board: Board, library: Path,
+                                                 full_disk: Path, tmp_path: Path) -> None:
+    (full_disk / "filler.bin").write_bytes(b"\0" * 96 * 1024)    # 4 KiB left of 100
+    on_full = board.with_config(work_root=str(full_disk))
+    lst = write_samples(tmp_path / "in", 1)
+    result = _run(on_full, library, lst, tmp_path / "wd")
+    assert _checks(result) == ["board.disk_full"]
+    message = result.findings[0].message
+    assert message.startswith("no space left on device on board standin ("
+                              f"{result.remote_dir}: ")
+    assert f"bytes free, {library.stat().st_size} needed to put {library.name})" in message
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler.bin"]   # run folder gone
