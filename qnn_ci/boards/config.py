@@ -33,3 +33,4 @@ class BoardConfig:
     connect_timeout_s: float = 15.0
     retries: int = 2                         # reconnect attempts on transport errors
     retry_delay_s: float = 2.0               # pause before each reconnect attempt
+    lock_max_age_s: float = 6 * 3600.0       # a board lock older than this is stale

@@ -9,8 +9,9 @@ Two locks, taken in this order and released in reverse:
    and start time. Runs from other machines queue here.
 
 A board lock is stale, and taken over, when its holder ran on this host and that
-pid is gone, or when it is older than ``max_age_s``. Waiting is logged and a
-timeout raises ``BoardLockedError`` naming the holder.
+pid is gone, or when it is older than the board's ``lock_max_age_s`` (default 6 h:
+a holder on another host cannot be checked, only aged out). Waiting is logged and
+a timeout raises ``BoardLockedError`` naming the holder.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from qnn_ci.transport.base import Transport
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".qnn-ci.lock"
-DEFAULT_MAX_AGE_S = 6 * 3600.0
+DEFAULT_MAX_AGE_S = BoardConfig.lock_max_age_s
 _OP_TIMEOUT = 60.0
 _CREATE = 'set -C; printf "%s\\n" "$2" > "$1"'
 _REMOVE_IF_SAME = '[ "$(cat -- "$1" 2>/dev/null)" = "$2" ] && rm -f -- "$1"; exit 0'
@@ -179,27 +180,40 @@ def _acquire_board_lock(transport: Transport, board: BoardConfig, path: str, dea
                 _remove_if_same(transport, path, raw)
                 continue
         who = holder.describe() if holder else f"an unreadable lock file ({raw[:80]!r})"
+        aging = _age_note(holder, max_age_s)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise BoardLockedError(
                 f"board {board.name} is locked by {who}; gave up after {timeout:g} s "
-                f"(if that run is gone, remove {path} on the board)")
+                f"(if that run is gone, remove {path} on the board; {aging})")
         if not announced:
-            log.info("board %s is locked by %s; waiting up to %.0f s", board.name, who,
-                     remaining)
+            log.info("board %s is locked by %s; waiting up to %.0f s (%s)", board.name, who,
+                     remaining, aging)
             announced = True
         time.sleep(min(poll_s, remaining))
 
 
+def _age_note(holder: LockInfo | None, max_age_s: float) -> str:
+    """When the lock will count as stale, for the waiting messages."""
+    limit = f"lock_max_age_s={max_age_s:g} s"
+    if holder is None:
+        return f"an unreadable lock file is never taken over; {limit}"
+    left = holder.since + max_age_s - time.time()
+    return (f"it counts as stale after {limit}, in {max(left, 0):.0f} s; set lock_max_age_s "
+            "in the board declaration to change that")
+
+
 @contextmanager
 def board_lock(transport: Transport, board: BoardConfig, *, timeout: float,
-               runner_lock_dir: Path, max_age_s: float = DEFAULT_MAX_AGE_S,
+               runner_lock_dir: Path, max_age_s: float | None = None,
                poll_s: float = 1.0) -> Iterator[LockInfo]:
     """Hold ``board`` for the duration of the ``with`` block; yields our lock record.
+    ``max_age_s`` (default: the board's ``lock_max_age_s``) ages out other hosts' locks.
 
     Raises BoardLockedError when another holder keeps it past ``timeout`` seconds,
     TransportError when the board cannot be reached.
     """
+    max_age_s = board.lock_max_age_s if max_age_s is None else max_age_s
     deadline = time.monotonic() + timeout
     path = f"{board.work_root.rstrip('/')}/{LOCK_NAME}"
     with _runner_lock(board, Path(runner_lock_dir), timeout):

@@ -62,6 +62,10 @@ _FIELDS: dict[str, _Field] = {
     "retries": _Field("int", "Reconnect attempts after a connection error.", minimum=0,
                       maximum=20),
     "retry_delay_s": _Field("number", "Pause before each reconnect, seconds.", minimum=0),
+    "lock_max_age_s": _Field("number", "Age, seconds, after which another host's lock on "
+                             "the board counts as stale and is taken over (default 21600: "
+                             "6 h; longer than your longest board run).", minimum=0,
+                             exclusive_min=True),
 }
 _REQUIRED = {"ssh": ("host", "key_file"), "adb": ("serial",), "local": ()}
 

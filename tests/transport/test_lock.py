@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,25 @@ def test_board_lock_over_ssh(sshd: SshServer, tmp_path: Path) -> None:
         assert path.exists()
     assert not path.exists()
     ssh.close()
+
+
+def test_max_age_comes_from_the_board_and_is_named_while_waiting(
+        board: BoardConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    two_hours_old = LockInfo("ci-runner-7", 4242, "r7", time.time() - 7200)
+    path = _plant(board, two_hours_old)
+    # the default (6 h): another host's 2 h old lock is live; the messages say when it ages out
+    with caplog.at_level("INFO", logger="qnn_ci.boards.lock"):
+        with pytest.raises(BoardLockedError) as info:
+            with board_lock(LocalTransport(board), board, timeout=0.3, poll_s=0.1,
+                            runner_lock_dir=tmp_path / "locks"):
+                pass
+    assert "it counts as stale after lock_max_age_s=21600 s, in 1440" in str(info.value)
+    assert "set lock_max_age_s in the board declaration" in str(info.value)
+    (waiting,) = [r.getMessage() for r in caplog.records if "waiting up to" in r.getMessage()]
+    assert "lock_max_age_s=21600 s" in waiting
+    assert LockInfo.from_line(path.read_text()) == two_hours_old
+    # a board declared with lock_max_age_s: 3600 takes it over
+    hourly = replace(board, lock_max_age_s=3600.0)
+    with board_lock(LocalTransport(hourly), hourly, timeout=2,
+                    runner_lock_dir=tmp_path / "locks") as mine:
+        assert LockInfo.from_line(path.read_text()) == mine

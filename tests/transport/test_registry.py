@@ -34,6 +34,7 @@ boards:
   here:
     transport: local
     timeout_s: 30
+    lock_max_age_s: 7200
 """
 
 
@@ -55,6 +56,7 @@ def test_good_file(tmp_path: Path) -> None:
     assert phone.serial == "192.168.1.20:5555" and phone.adb_server_port == 5038
     assert phone.work_root == "/data/local/tmp/qnn-ci"
     assert here.timeout_s == 30 and here.work_root == "/tmp/qnn-ci"
+    assert here.lock_max_age_s == 7200 and rb3.lock_max_age_s == 6 * 3600
     assert isinstance(open_transport(rb3), SshTransport)
     assert isinstance(open_transport(phone), AdbTransport)
     assert isinstance(open_transport(here), LocalTransport)
@@ -79,6 +81,7 @@ def test_good_file(tmp_path: Path) -> None:
     ({"transport": "local", "env": {"A B": "1"}}, "boards.b.env.A B", "not a valid"),
     ({"transport": "local", "env": {"A": None}}, "boards.b.env.A", "strings or numbers"),
     ({"transport": "local", "timeout_s": 0}, "boards.b.timeout_s", "must be > 0"),
+    ({"transport": "local", "lock_max_age_s": 0}, "boards.b.lock_max_age_s", "must be > 0"),
     ({"transport": "local", "retries": True}, "boards.b.retries", "must be an integer"),
     ({"transport": "local", "soc": "SM8551"}, "boards.b.soc", "unknown SoC"),
     ({"transport": "local", "net_run": "bin/qnn-net-run"}, "boards.b.net_run", "absolute"),
