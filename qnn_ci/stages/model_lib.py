@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sdk.locate import CONVERTER, LIB_GENERATOR, find_sdk, sdk_problem
+from qnn_ci.sdk.locate import CONVERTER, LIB_GENERATOR, find_sdk, sdk_unavailable
 from qnn_ci.sdk.model_lib import (
     build_model_lib,
     choose_target,
@@ -34,8 +34,8 @@ class ModelLibStage(Stage):
     marker = "qnn_sdk"
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
-        return sdk_problem(export, env, tools=TOOLS,
-                           need_esdk=needs_esdk(export.target.lib_target))
+        # Skip only when no SDK (or, for a Linux cross target, no eSDK) is configured.
+        return sdk_unavailable(export, env, need_esdk=needs_esdk(export.target.lib_target))
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         return sdk_fingerprint(ctx, tools=TOOLS,

@@ -11,7 +11,7 @@ from typing import Any
 from qnn_ci.errors import ToolError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.converter_cmd import ConverterHelp, probe_converter
-from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk, sdk_problem
+from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk, sdk_unavailable
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, Stage, StageContext
 
@@ -73,7 +73,8 @@ class ConverterStage(Stage):
     marker = "qnn_sdk"
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
-        return sdk_problem(export, env)
+        # Skip only when no SDK is configured; a wrong one is an ERROR (find_sdk).
+        return sdk_unavailable(export, env)
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         return sdk_fingerprint(ctx)

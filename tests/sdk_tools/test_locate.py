@@ -39,7 +39,7 @@ def test_problems_name_the_missing_piece(export_factory, tmp_path: Path) -> None
     env = Environment(workdir=tmp_path, environ={"QNN_SDK_ROOT": str(good)})
     assert sdk_problem(export, env) is None
     assert sdk_problem(export, env, need_esdk=True) == \
-        "ESDK_ENV is not set (needed by qnn-model-lib-generator for aarch64 targets)"
+        "ESDK_ENV is not set (needed by qnn-model-lib-generator for aarch64 Linux targets)"
     with pytest.raises(UserError, match=r"sdk\.esdk_env: ESDK_ENV is not set"):
         find_sdk(export, env, need_esdk=True)
 

@@ -54,13 +54,16 @@ def test_skip_reasons_name_the_missing_piece(export_factory, standin_root,
                                              tmp_path: Path) -> None:
     export = export_factory(target=TargetSpec(lib_target=AARCH64))
     assert DryRunStage().unavailable(export, _env(tmp_path, None)) == "QNN_SDK_ROOT is not set"
+    # A configured root that is wrong is not a skip (CI would go green): find_sdk
+    # reports it as bad input (tests/sdk_tools/test_sdk_config.py).
     missing = tmp_path / "nowhere"
-    assert ConvertStage().unavailable(export, _env(tmp_path, missing)) == \
-        f"QNN SDK root {missing} does not exist"
+    assert ConvertStage().unavailable(export, _env(tmp_path, missing)) is None
+    with pytest.raises(UserError, match=f"QNN_SDK_ROOT: QNN SDK root {missing} does not exist"):
+        ConvertStage().fingerprint(_ctx(export, _env(tmp_path, missing), "convert", {}))
     root = standin_root()
     assert ConvertStage().unavailable(export, _env(tmp_path, root)) is None
     assert ModelLibStage().unavailable(export, _env(tmp_path, root)) == \
-        "ESDK_ENV is not set (needed by qnn-model-lib-generator for aarch64 targets)"
+        "ESDK_ENV is not set (needed by qnn-model-lib-generator for aarch64 Linux targets)"
     x86 = export_factory(target=TargetSpec(lib_target="x86_64-linux-clang"))
     assert ModelLibStage().unavailable(x86, _env(tmp_path, root)) is None
     assert all(s.marker == "qnn_sdk" for s in (DryRunStage(), ConvertStage(), ModelLibStage()))
