@@ -73,6 +73,7 @@ def board_session(board: BoardConfig, environ: Mapping[str, str], *,
 
 def board_fingerprint(board: BoardConfig) -> dict[str, Any]:
     """What identifies the board and the tools on it for a cache key."""
-    return {"board": board.name, "transport": board.transport, "host": board.host,
+    return {"board": board.name, "soc": board.soc, "transport": board.transport,
+            "host": board.host,
             "port": board.port, "serial": board.serial, "qnn_lib_dir": board.qnn_lib_dir,
             "net_run": board.net_run, "env": dict(sorted(board.env.items()))}

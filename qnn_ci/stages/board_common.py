@@ -1,5 +1,5 @@
 """What the board stages (so_load, htp_vs_cpu) share: the skip reason, the
-board lookup, and turning a board run into StageResult parts."""
+board lookup, the SoC check, and turning a board run into StageResult parts."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from qnn_ci.boards.session import board_fingerprint, board_problem, resolve_boar
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, StageContext
+from qnn_ci.tables import find_soc
 from qnn_ci.transport.base import TransportError
 
 
@@ -27,6 +28,30 @@ def fingerprint(ctx: StageContext) -> dict[str, Any]:
     if unavailable(ctx.export, ctx.env):
         return {}
     return board_fingerprint(the_board(ctx))
+
+
+def _canonical_soc(name: str) -> str:
+    soc = find_soc(name)
+    return soc.name if soc is not None else name.strip().upper()
+
+
+def soc_mismatch(export: ExportSpec, board: BoardConfig) -> str | None:
+    """Why ``export`` must not run on ``board``: both name a SoC and they differ
+    (aliases match: QCM6490 is a QCS6490). None when either is not set."""
+    if not board.soc or not export.target.soc:
+        return None
+    if _canonical_soc(board.soc) == _canonical_soc(export.target.soc):
+        return None
+    return (f"board {board.name} is a {board.soc} but export {export.name} targets "
+            f"{export.target.soc} (target.soc): a run there proves nothing about the "
+            f"{export.target.soc}; use a {export.target.soc} board (board: or --qnn-board) "
+            "or correct target.soc or the board's soc")
+
+
+def soc_mismatch_result(stage: str, board: BoardConfig, message: str) -> StageResult:
+    return StageResult(stage, Status.FAILED, message,
+                       [Finding("board.soc_mismatch", message, subject=board.name)],
+                       properties={"board": board.name, "board_soc": board.soc or ""})
 
 
 def status_of(findings: list[Finding]) -> Status:

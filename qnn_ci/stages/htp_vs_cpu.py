@@ -56,7 +56,7 @@ class HtpVsCpuStage(Stage):
     name = "htp_vs_cpu"
     needs = ("so_load", "calibration", "static_shapes", "convert")
     marker = "qnn_board"
-    settings = ("board", "thresholds")
+    settings = ("board", "thresholds", "target", "native_outputs")
     cache_failures = False
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
@@ -67,6 +67,9 @@ class HtpVsCpuStage(Stage):
 
     def run(self, ctx: StageContext) -> StageResult:
         export, board = ctx.export, board_common.the_board(ctx)
+        mismatch = board_common.soc_mismatch(ctx.export, board)
+        if mismatch:
+            return board_common.soc_mismatch_result(self.name, board, mismatch)
         so_load, cal = ctx.upstream["so_load"], ctx.upstream["calibration"]
         shapes = ctx.upstream["static_shapes"]
         inputs = [Expected(n, i["dtype"], tuple(i["shape"]))

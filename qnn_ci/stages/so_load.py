@@ -29,7 +29,7 @@ class SoLoadStage(Stage):
     name = "so_load"
     needs = ("model_lib", "calibration")
     marker = "qnn_board"
-    settings = ("board",)
+    settings = ("board", "target", "native_outputs")
     cache_failures = False
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
@@ -40,6 +40,9 @@ class SoLoadStage(Stage):
 
     def run(self, ctx: StageContext) -> StageResult:
         board = board_common.the_board(ctx)
+        mismatch = board_common.soc_mismatch(ctx.export, board)
+        if mismatch:
+            return board_common.soc_mismatch_result(self.name, board, mismatch)
         lib, cal = ctx.upstream["model_lib"], ctx.upstream["calibration"]
         library = Path(lib.artefacts["library"])
         sdk_version = lib.data.get("sdk_version")

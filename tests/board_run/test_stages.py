@@ -10,7 +10,7 @@ import pytest
 from fixtures.qairt_standin.net_run import make_board, set_faults
 from fixtures.sshd import free_port
 from qnn_ci.results import Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec, Thresholds
+from qnn_ci.spec import ExportSpec, TargetSpec, Thresholds
 from qnn_ci.stage import Environment, StageContext
 from qnn_ci.stages.htp_vs_cpu import HtpVsCpuStage
 from qnn_ci.stages.so_load import SoLoadStage
@@ -18,9 +18,11 @@ from tests.board_run.conftest import INPUT_SHAPE, OUTPUTS, Board, StandinBuild
 
 
 def _export(built: StandinBuild, tmp_path: Path, *, board: str | None = "standin",
-            cosine: float = 0.999) -> ExportSpec:
+            cosine: float = 0.999, soc: str | None = None,
+            native_outputs: bool = False) -> ExportSpec:
     return ExportSpec(name="cnn", model=built.model, manifest=tmp_path / "qnn-ci.yaml", line=1,
-                      board=board, thresholds=Thresholds(default={"cosine": cosine}))
+                      board=board, thresholds=Thresholds(default={"cosine": cosine}),
+                      target=TargetSpec(soc=soc), native_outputs=native_outputs)
 
 
 def _env(board: Board, tmp_path: Path) -> Environment:
@@ -238,3 +240,27 @@ def test_work_root_off_tmpfs_is_flagged(built: StandinBuild, board: Board,
     if disk_fs != "tmpfs":
         assert flagged and flagged[0].severity == Severity.WARNING
         assert f"is on {disk_fs}, not tmpfs" in flagged[0].message
+
+
+def test_board_soc_must_match_the_export_target(built: StandinBuild, board: Board,
+                                                tmp_path: Path) -> None:
+    """An SM8550 export on a QCS6490 board proves nothing: both stages fail before
+    touching the board, naming both SoCs; an alias of the same SoC is a match."""
+    qcs6490 = board.with_config(soc="QCS6490")
+    env, up = _env(qcs6490, tmp_path), _upstream(built)
+    export = _export(built, tmp_path, soc="SM8550")
+    so = SoLoadStage().run(_ctx(export, env, "so_load", up))
+    res = HtpVsCpuStage().run(_ctx(export, env, "htp_vs_cpu", up | {"so_load": so}))
+    for result in (so, res):
+        assert result.status == Status.FAILED and _errors(result) == ["board.soc_mismatch"]
+        assert result.summary.startswith("board standin is a QCS6490 but export cnn targets "
+                                         "SM8550 (target.soc): ")
+        assert "\n" not in result.summary
+    assert not list((env.workdir / "cnn" / "so_load").iterdir())    # never reached the board
+    assert sorted(p.name for p in board.work_root.iterdir()) == ["keep-me"]
+    alias = SoLoadStage().run(_ctx(_export(built, tmp_path, soc="qcm6490"), env, "so_load", up))
+    assert alias.status == Status.PASSED, alias.failure_text()
+    # either side unset: nothing to check
+    unset = SoLoadStage().run(_ctx(_export(built, tmp_path, soc="SM8550"),
+                                   _env(board, tmp_path / "b"), "so_load", up))
+    assert unset.status == Status.PASSED, unset.failure_text()
