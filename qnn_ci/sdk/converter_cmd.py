@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.errors import ToolError, UserError
+from qnn_ci.errors import UserError
 from qnn_ci.sdk.locate import CONVERTER, Sdk
-from qnn_ci.sdk.toolrun import run_tool
+from qnn_ci.sdk.toolrun import ToolRunError, run_tool
 from qnn_ci.spec import ExportSpec
 from qnn_ci.tables import CONVERTER_CANONICAL_TO_ALIAS, get_soc, is_integer_input_dtype
 
@@ -109,8 +109,8 @@ def probe_converter(sdk: Sdk, cache_dir: Path, *, timeout: float = 300.0) -> Con
                    log_name=f"converter-help-{digest}", timeout=timeout)
     flags = parse_help_flags(run.output)
     if run.exit_code != 0 or "--input_network" not in flags:
-        raise ToolError(f"could not read the flags of {CONVERTER} --help "
-                        f"({sdk.describe()}):\n{run.describe()}")
+        raise ToolRunError(f"could not read the flags of {CONVERTER} --help "
+                           f"({sdk.describe()}):\n{run.describe()}", run)
     version_match = _QAISW_RE.search(run.output)
     found = ConverterHelp(frozenset(flags), hashlib.sha256(run.output.encode()).hexdigest(),
                           version_match.group(1) if version_match else None)

@@ -10,6 +10,10 @@ every argument is expected to be absolute.
 The tool runs in its own process group; a timeout kills the whole group. The
 command and the combined stdout/stderr go to ``<workdir>/<log_name>.log``
 (command first) and the log is kept whatever happens.
+
+A run that timed out or was killed by a signal (``ToolRun.transient``) may not
+fail the same way twice (a loaded runner, the OOM killer): stages mark such
+failures so the engine never reuses them from its cache.
 """
 
 from __future__ import annotations
@@ -24,12 +28,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from qnn_ci.errors import ToolError
 from qnn_ci.sdk.locate import Sdk
 
 log = logging.getLogger(__name__)
 
 _KILL_GRACE_S = 2.0
 OUTPUT_MARKER = "----- output -----"
+_SIGNALS = frozenset(int(s) for s in signal.valid_signals())
+
+
+class ToolRunError(ToolError):
+    """A tool run that failed in a way we can describe; carries the run."""
+
+    def __init__(self, message: str, run: ToolRun) -> None:
+        super().__init__(message)
+        self.run = run
 
 
 @dataclass
@@ -44,6 +58,21 @@ class ToolRun:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def killed_by(self) -> int | None:
+        """The signal that ended the tool: a negative status (the shell itself was
+        killed) or bash's ``128 + N`` for a tool killed by signal N; else None."""
+        code = self.exit_code
+        if code is None:
+            return None
+        number = -code if code < 0 else code - 128 if code > 128 else 0
+        return number if number in _SIGNALS else None
+
+    @property
+    def transient(self) -> bool:
+        """A failure that may not repeat: a timeout or a death by signal."""
+        return self.timed_out or self.exit_code is None or self.killed_by is not None
 
     @property
     def command(self) -> str:
@@ -62,6 +91,8 @@ class ToolRun:
         """``command: ...`` / ``last lines:`` / the tail, then the status and log path."""
         status = (f"timed out after {self.duration_s:.0f} s" if self.timed_out
                   else f"exit status {self.exit_code}")
+        if not self.timed_out and self.killed_by is not None:
+            status += f", killed by {signal.Signals(self.killed_by).name}"
         last = self.tail(n) or "(no output)"
         return (f"command: {self.command}\nlast lines:\n{last}\n"
                 f"({status}; full log: {self.log_path})")

@@ -20,7 +20,12 @@ from qnn_ci.sdk.locate import find_sdk
 from qnn_ci.sdk.model_lib import library_name
 from qnn_ci.sdk.record import read_record
 from qnn_ci.stage import StageContext
-from qnn_ci.stages.sdk_common import ConverterStage, converter_help, tool_failure
+from qnn_ci.stages.sdk_common import (
+    ConverterStage,
+    converter_help,
+    mark_transient,
+    tool_failure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +78,10 @@ class ConvertStage(ConverterStage):
             findings += [Finding(check, msg, Severity.ERROR, outcome.failed_node)
                          for msg in outcome.failures]
             summary = outcome.failures[0].splitlines()[0]
-        return StageResult(
+        return mark_transient(StageResult(
             self.name, status, summary, findings,
             properties={"sdk_version": sdk_version or "", "converter_argv": joined,
                         "duration_s": round(outcome.run.duration_s, 3)},
             artefacts=artefacts,
             data={"sdk_version": sdk_version, "argv": argv},
-        )
+        ), outcome.run)

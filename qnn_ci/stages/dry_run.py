@@ -19,7 +19,12 @@ from qnn_ci.sdk.dry_run import parse_dry_run
 from qnn_ci.sdk.locate import find_sdk
 from qnn_ci.sdk.toolrun import run_tool
 from qnn_ci.stage import StageContext
-from qnn_ci.stages.sdk_common import ConverterStage, converter_help, tool_failure
+from qnn_ci.stages.sdk_common import (
+    ConverterStage,
+    converter_help,
+    mark_transient,
+    tool_failure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +68,11 @@ class DryRunStage(ConverterStage):
                        f"{first.message()}")
         else:
             summary = findings[0].message.splitlines()[0] if findings else "dry run failed"
-        return StageResult(
+        return mark_transient(StageResult(
             self.name, Status.PASSED if passed else Status.FAILED, summary, findings,
             properties={"sdk_version": sdk.version or "", "problems": len(report.problems),
                         "exit_code": run.exit_code, "log": str(run.log_path)},
             artefacts={"log": str(run.log_path)},
             data={"sdk_version": sdk.version, "argv": argv, "exit_code": run.exit_code,
                   "problems": [asdict(p) for p in report.problems]},
-        )
+        ), run)

@@ -21,7 +21,7 @@ from qnn_ci.sdk.model_lib import (
 )
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, Stage, StageContext
-from qnn_ci.stages.sdk_common import sdk_fingerprint
+from qnn_ci.stages.sdk_common import mark_transient, sdk_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,11 @@ class ModelLibStage(Stage):
         else:
             status = Status.FAILED
             summary = outcome.failures[0].splitlines()[0]
-        return StageResult(
+        return mark_transient(StageResult(
             self.name, status, summary, findings,
             properties={"target": target, "elf_machine": elf_machine or "",
                         "sdk_version": sdk_version or "",
                         "duration_s": round(outcome.run.duration_s, 3)},
             artefacts=artefacts,
             data={"target": target, "elf_machine": elf_machine, "sdk_version": sdk_version},
-        )
+        ), outcome.run)

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import ToolError
+from qnn_ci.pipeline import NO_CACHE
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.converter_cmd import ConverterHelp, probe_converter
 from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk, sdk_unavailable
+from qnn_ci.sdk.toolrun import ToolRun, ToolRunError
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, Stage, StageContext
 
@@ -63,8 +65,17 @@ def sdk_fingerprint(ctx: StageContext, *, tools: tuple[str, ...] = (CONVERTER,),
 def tool_failure(stage: str, exc: ToolError, check: str) -> StageResult:
     """A FAILED result for an SDK tool that could not even be probed."""
     text = str(exc)
-    return StageResult(stage, Status.FAILED, text.splitlines()[0],
-                       [Finding(check, text, Severity.ERROR)])
+    result = StageResult(stage, Status.FAILED, text.splitlines()[0],
+                         [Finding(check, text, Severity.ERROR)])
+    return mark_transient(result, exc.run if isinstance(exc, ToolRunError) else None)
+
+
+def mark_transient(result: StageResult, run: ToolRun | None) -> StageResult:
+    """A failure caused by a timeout or a signal may not repeat: the engine must
+    not reuse it from its cache (``NO_CACHE``), the next run tries again."""
+    if result.status == Status.FAILED and run is not None and run.transient:
+        result.data[NO_CACHE] = True
+    return result
 
 
 class ConverterStage(Stage):
