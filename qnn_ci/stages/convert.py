@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 
 class ConvertStage(ConverterStage):
     name = "convert"
-    needs = ("static_shapes", "calibration", "dry_run")
+    # encodings applies only with quantization.overrides (the engine ignores a need
+    # that is not planned): an encodings file for another model blocks the conversion.
+    needs = ("static_shapes", "calibration", "encodings", "dry_run")
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export
