@@ -161,6 +161,34 @@ def _fmt(value: float | None, metric: str) -> str:
     return f"{value:.6f}" if metric == "cosine" else f"{value:.4g}"
 
 
+def _print_prepare(p: Any, soc: Any) -> None:
+    ctx = p.context
+    if ctx is not None and ctx.arch is not None:
+        print(f"arch:     v{ctx.arch} (binary soc_type={ctx.soc_type}, vtcm_size="
+              f"{ctx.vtcm_size})")
+    else:
+        why = "prepare failed" if not p.prepared else "no binary was found"
+        print(f"arch:     {soc.arch_name} ({soc.name}'s HTP; no context binary was built "
+              f"({why}), so nothing was read back)")
+    counts = (f"{p.nodes_on_htp} / {p.nodes_total}" if p.nodes_total is not None
+              else "unknown (no session could be built)")
+    print(f"nodes on HTP / total: {counts}")
+    if p.nodes_total is not None:
+        print(f"nodes in the session: {p.counts_text()}")
+        origin = p.origin_text()
+        if origin:
+            print(f"  {origin}")
+    print(f"rejected nodes: {len(p.rejected) or 'none'}")
+    for r in p.rejected[:50]:
+        where = f" [assigned to {r.ep}]" if r.ep else ""
+        print(f"  - {r.describe()}{where}")
+    if len(p.rejected) > 50:
+        print(f"  ... {len(p.rejected) - 50} more (see the JSON report)")
+    if p.log_only:
+        print(f"the EP log also named {len(p.log_only)} that the session kept on the HTP or "
+              "that is no graph node: " + ", ".join(repr(r.name) for r in p.log_only[:10]))
+
+
 def _print_human(report: Any, numerics: Any, on_calibration: bool, passed: bool) -> None:
     soc, p, q = report.soc, report.prepare, report.quantize
     print(f"model:    {report.model}")
@@ -173,18 +201,7 @@ def _print_human(report: Any, numerics: Any, on_calibration: bool, passed: bool)
     if q is not None and q.constants_folded:
         print(f"constants folded into initializers: {q.constants_folded}")
     if p is not None:
-        ctx = p.context
-        arch = f"v{ctx.arch}" if ctx and ctx.arch is not None else "?"
-        print(f"arch:     {arch}" + (f" (binary soc_type={ctx.soc_type}, vtcm_size="
-                                     f"{ctx.vtcm_size})" if ctx else ""))
-        counts = (f"{p.nodes_on_htp} / {p.nodes_total}" if p.nodes_total is not None
-                  else "unknown (no session could be built)")
-        print(f"nodes on HTP / total: {counts}")
-        print(f"rejected nodes: {len(p.rejected) or 'none'}")
-        for r in p.rejected[:50]:
-            print(f"  - {r.describe()}")
-        if len(p.rejected) > 50:
-            print(f"  ... {len(p.rejected) - 50} more (see the JSON report)")
+        _print_prepare(p, soc)
         print(f"context model:  {p.ctx_model or '-'}")
         print(f"context binary: {p.ctx_binary or '-'}")
         print(f"EP log:         {p.ep_log}")

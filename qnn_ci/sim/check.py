@@ -49,7 +49,13 @@ class SimNpuReport:
             return f"{head}: prepared, {counts}"
         if p.prepared:
             return f"{head}: prepared, {counts}, {len(self.errors())} finding(s)"
-        return f"{head}: prepare FAILED, {counts}, {len(p.rejected)} node(s) rejected"
+        if p.nodes_total is None:
+            return (f"{head}: prepare FAILED, {counts}, {len(p.rejected)} node(s) rejected "
+                    "per the EP log")
+        # All three from the same assignment record: they add up to the total.
+        other = f", {p.nodes_other} not on HTP without a logged reason" if p.nodes_other \
+            else ""
+        return f"{head}: prepare FAILED, {counts}, {p.nodes_rejected} rejected{other}"
 
     def to_dict(self) -> dict[str, Any]:
         q = self.quantize

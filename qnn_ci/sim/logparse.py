@@ -13,7 +13,7 @@ Lines this understands (severity WARNING/ERROR unless noted):
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class RejectedNode:
     qnn_type: str | None = None    # QNN op type
     error_code: int | None = None
     reason: str | None = None
+    ep: str | None = None          # the EP the session put it on instead (when known)
+    ep_ops: list[str] = field(default_factory=list)   # QNN ops the EP made for it that failed
 
     def describe(self) -> str:
         kind = self.op_type or self.qnn_type or "?"
@@ -48,6 +50,9 @@ class RejectedNode:
             text += f": QNN error code {self.error_code}" + (f" ({meaning})" if meaning else "")
         if self.reason:
             text += f": {self.reason}"
+        if self.ep_ops:
+            text += (f"; the QNN op{'s' if len(self.ep_ops) > 1 else ''} the EP made for it "
+                     f"failed too: {', '.join(self.ep_ops)}")
         return text
 
     def to_dict(self) -> dict[str, Any]:

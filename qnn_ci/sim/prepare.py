@@ -10,6 +10,15 @@ built for.
 When the prepare fails, a second session with CPU fallback allowed (and no
 context written) gives the assignment record the first one could not: how many
 nodes the HTP took, and which went to the CPU.
+
+Node counts all come from that one record: total = on the HTP + rejected (not
+on the HTP, with a reason in the EP log) + other (not on the HTP, no reason
+logged). The record holds the session's graph, so it also holds nodes
+onnxruntime inserted or rewrote for the EP (NHWC Transposes, duplicated
+DequantizeLinears, ``conv1_token_1``); those are listed as ``inserted``. The EP
+log may also name QNN ops the EP made itself while lowering a node
+(``cast_in_ort_qnn_ep_convert``): they are not graph nodes, so they are attached
+to the node they were made for, never counted on their own.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from qnn_ci.tables import SocInfo
 log = logging.getLogger(__name__)
 
 _SUFFIX = re.compile(r"(_token_\d+|_\d+)$")
+EP_OP_MARK = "_ort_qnn_ep_"         # QNN ops/tensors the EP names after a node or tensor
 NO_REASON = ("not taken by the QNN EP; no reason at this log level (the EP's verbose log, "
              "`qnn-ci -vv sim`, may say why)")
 MAX_NODE_FINDINGS = 20
@@ -53,10 +63,48 @@ class PrepareResult:
     nodes_on_htp: int | None = None
     nodes_total: int | None = None
     by_ep: dict[str, int] = field(default_factory=dict)
-    rejected: list[RejectedNode] = field(default_factory=list)
+    rejected: list[RejectedNode] = field(default_factory=list)   # every node not on the HTP
+    model_nodes: int | None = None          # nodes of the quantized model given to prepare
+    inserted: list[tuple[str, str, str]] = field(default_factory=list)  # (name, op, EP)
+    log_only: list[RejectedNode] = field(default_factory=list)  # named in the log, not off-HTP
     error: str | None = None
     findings: list[Finding] = field(default_factory=list)
     duration_s: float = 0.0
+
+    @property
+    def nodes_rejected(self) -> int:
+        """Nodes not on the HTP for which the EP log gives a reason."""
+        return sum(1 for r in self.rejected if r.reason != NO_REASON)
+
+    @property
+    def nodes_other(self) -> int:
+        """Nodes not on the HTP without a logged reason."""
+        return sum(1 for r in self.rejected if r.reason == NO_REASON)
+
+    def counts_text(self) -> str:
+        """``8 = 6 on HTP + 2 rejected + 0 other`` (all from the assignment record)."""
+        if self.nodes_total is None:
+            return (f"unknown (no session could be built); {len(self.rejected)} node(s) "
+                    "rejected per the EP log")
+        text = f"{self.nodes_total} = {self.nodes_on_htp} on HTP"
+        if self.rejected or not self.prepared:
+            text += (f" + {self.nodes_rejected} rejected + {self.nodes_other} not on HTP "
+                     "without a logged reason")
+        return text
+
+    def origin_text(self, shown: int = 6) -> str | None:
+        """Where the session's nodes come from: the quantized model, and which
+        onnxruntime inserted or rewrote for the EP."""
+        if self.nodes_total is None or self.model_nodes is None:
+            return None
+        kept = self.nodes_total - len(self.inserted)
+        head = f"{kept} of the quantized model's {self.model_nodes} nodes as they are"
+        if not self.inserted:
+            return f"{head}; none inserted by onnxruntime for the EP"
+        names = ", ".join(f"{n!r} ({op})" for n, op, _ in self.inserted[:shown])
+        more = f" and {len(self.inserted) - shown} more" if len(self.inserted) > shown else ""
+        return (f"{head}; {len(self.inserted)} inserted or rewritten by onnxruntime for the "
+                f"EP: {names}{more}")
 
     def to_dict(self) -> dict[str, Any]:
         ctx = self.context
@@ -65,7 +113,12 @@ class PrepareResult:
             "soc_type": ctx.soc_type if ctx else None, "arch": ctx.arch if ctx else None,
             "vtcm_size": ctx.vtcm_size if ctx else None,
             "nodes_on_htp": self.nodes_on_htp, "nodes_total": self.nodes_total,
-            "nodes_by_ep": self.by_ep, "rejected": [r.to_dict() for r in self.rejected],
+            "nodes_rejected": self.nodes_rejected if self.nodes_total is not None else None,
+            "nodes_other": self.nodes_other if self.nodes_total is not None else None,
+            "nodes_by_ep": self.by_ep, "model_nodes": self.model_nodes,
+            "inserted": [{"name": n, "op_type": op, "ep": ep} for n, op, ep in self.inserted],
+            "rejected": [r.to_dict() for r in self.rejected],
+            "log_only": [r.to_dict() for r in self.log_only],
             "error": self.error,
             "ctx_model": _s(self.ctx_model), "ctx_binary": _s(self.ctx_binary),
             "qnn_json": [str(p) for p in self.qnn_json], "op_trace": _s(self.op_trace),
@@ -122,21 +175,58 @@ def _session(model: Path, so: Any, log_path: Path) -> Any:
         return ort.InferenceSession(str(model), sess_options=so)
 
 
-def _map_names(rejected: list[RejectedNode], node_types: dict[str, str]) -> list[RejectedNode]:
-    """Map EP-made names (``conv1_token_1``, ``relu1_2``) back to the model's node
-    names (and op types) and merge duplicates."""
+def _owner(name: str, nodes: set[str], producer: dict[str, str],
+           consumer: dict[str, str]) -> tuple[str | None, bool]:
+    """The node a name from the EP log stands for, and whether the name is a QNN
+    op the EP made for that node (``<node or tensor>_ort_qnn_ep_<what>``) rather
+    than the node itself. EP-made suffixes (``conv1_token_1``, ``relu1_2``) are
+    stripped until a known node remains."""
+    base, mark, _ = name.partition(EP_OP_MARK)
+    made = bool(mark)
+    cand = name if not made else base
+    while cand not in nodes and _SUFFIX.search(cand):
+        cand = _SUFFIX.sub("", cand)
+    if cand in nodes:
+        return cand, made
+    tensor_node = producer.get(base) or consumer.get(base)
+    if made and tensor_node in nodes:
+        return tensor_node, True
+    return None, made
+
+
+def _merge(into: RejectedNode, r: RejectedNode) -> None:
+    into.op_type = into.op_type or r.op_type
+    into.qnn_type = into.qnn_type or r.qnn_type
+    into.error_code = into.error_code if into.error_code is not None else r.error_code
+    into.reason = into.reason or r.reason
+
+
+def attribute_log(logged: list[RejectedNode], nodes: dict[str, str],
+                  model: onnx.ModelProto) -> tuple[dict[str, RejectedNode], list[RejectedNode]]:
+    """Log entries merged per node (``nodes``: name -> op type), with the QNN ops
+    the EP made for a node attached to it; and the entries that match no node."""
+    producer = {o: n.name for n in model.graph.node for o in n.output}
+    consumer: dict[str, str] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumer.setdefault(i, n.name)
+    known = set(nodes)
     merged: dict[str, RejectedNode] = {}
-    for r in rejected:
-        name = base = r.name
-        while name not in node_types and _SUFFIX.search(base):
-            base = _SUFFIX.sub("", base)
-            name = base if base in node_types else name
-        cur = merged.setdefault(name, RejectedNode(name))
-        cur.op_type = cur.op_type or r.op_type or node_types.get(name)
-        cur.qnn_type = cur.qnn_type or r.qnn_type
-        cur.error_code = cur.error_code if cur.error_code is not None else r.error_code
-        cur.reason = cur.reason or r.reason
-    return list(merged.values())
+    unmatched: list[RejectedNode] = []
+    for r in logged:
+        owner, made = _owner(r.name, known, producer, consumer)
+        if owner is None:
+            unmatched.append(r)
+            continue
+        cur = merged.setdefault(owner, RejectedNode(owner, op_type=nodes.get(owner)))
+        if made:
+            op = f"{r.name!r} ({r.qnn_type or r.op_type or '?'}"
+            op += f", error code {r.error_code})" if r.error_code is not None else ")"
+            if op not in cur.ep_ops:
+                cur.ep_ops.append(op)
+        else:
+            _merge(cur, r)
+    return merged, unmatched
 
 
 def prepare_for_htp(qdq_model: Path, out_dir: Path, soc: SocInfo, *, stem: str | None = None,
@@ -158,14 +248,14 @@ def prepare_for_htp(qdq_model: Path, out_dir: Path, soc: SocInfo, *, stem: str |
                           "framework_op_trace_dir": str(trace_dir)})
     res = PrepareResult(soc, False, ep_log)
     model = onnx.load(str(qdq_model), load_external_data=False)
-    node_types = {n.name: n.op_type for n in model.graph.node}
+    res.model_nodes = len(model.graph.node)
     try:
         session = _session(qdq_model, so, ep_log)
     except Exception as exc:
         res.error = str(exc).strip()
-        _failed(res, qdq_model, model, node_types, log_severity, diagnose)
+        _failed(res, qdq_model, model, log_severity, diagnose)
     else:
-        _succeeded(res, session, ctx_model)
+        _succeeded(res, session, ctx_model, model)
         del session
     res.qnn_json = sorted(p for p in json_dir.glob("*.json")
                           if not p.name.endswith("_tensor_log.json"))
@@ -175,15 +265,21 @@ def prepare_for_htp(qdq_model: Path, out_dir: Path, soc: SocInfo, *, stem: str |
     return res
 
 
-def _count(res: PrepareResult, by_ep_nodes: dict[str, list[tuple[str, str]]]) -> None:
+def _count(res: PrepareResult, by_ep_nodes: dict[str, list[tuple[str, str]]],
+           model: onnx.ModelProto) -> None:
+    """Counts and the inserted nodes, all from the session's assignment record."""
     res.by_ep = {ep: len(nodes) for ep, nodes in by_ep_nodes.items()}
     res.nodes_on_htp = res.by_ep.get(EP_NAME, 0)
     res.nodes_total = sum(res.by_ep.values())
+    in_model = {n.name for n in model.graph.node}
+    res.inserted = [(name, op, ep) for ep, nodes in by_ep_nodes.items()
+                    for name, op in nodes if name not in in_model]
 
 
-def _succeeded(res: PrepareResult, session: Any, ctx_model: Path) -> None:
+def _succeeded(res: PrepareResult, session: Any, ctx_model: Path,
+               model: onnx.ModelProto) -> None:
     by_ep = assignment(session)
-    _count(res, by_ep)
+    _count(res, by_ep, model)
     others = {ep: n for ep, n in by_ep.items() if ep != EP_NAME and n}
     if others:
         res.findings.append(Finding("sim.assignment", "the session reports nodes not on QNN: "
@@ -223,9 +319,9 @@ def check_context(info: ContextInfo, soc: SocInfo, binary: Path) -> list[Finding
 
 
 def _failed(res: PrepareResult, qdq_model: Path, model: onnx.ModelProto,
-            node_types: dict[str, str], log_severity: int, diagnose: bool) -> None:
+            log_severity: int, diagnose: bool) -> None:
     parsed: EpLog = read_ep_log(res.ep_log)
-    rejected = list(parsed.rejected)
+    by_ep: dict[str, list[tuple[str, str]]] | None = None
     if diagnose:
         with res.ep_log.open("a", encoding="utf-8") as fh:
             fh.write("\n=== qnn-ci: diagnostic session, CPU fallback allowed ===\n")
@@ -236,16 +332,24 @@ def _failed(res: PrepareResult, qdq_model: Path, model: onnx.ModelProto,
             log.info("diagnostic session failed too: %s", exc)
         else:
             by_ep = assignment(session)
-            _count(res, by_ep)
-            named = {r.name for r in _map_names(rejected, node_types)}
-            for ep, nodes in by_ep.items():
-                if ep == EP_NAME:
-                    continue
-                for name, op_type in nodes:
-                    if name not in named:
-                        rejected.append(RejectedNode(name, op_type, reason=NO_REASON))
+            _count(res, by_ep, model)
             del session
-    res.rejected = _map_names(rejected, node_types)
+    if by_ep is None:
+        # No record: the log alone, mapped onto the quantized model's nodes.
+        merged, unmatched = attribute_log(parsed.rejected, {n.name: n.op_type for n in
+                                                            model.graph.node}, model)
+        res.rejected = list(merged.values()) + unmatched
+    else:
+        nodes = {name: op for ns in by_ep.values() for name, op in ns}
+        merged, res.log_only = attribute_log(parsed.rejected, nodes, model)
+        for ep, ns in by_ep.items():
+            if ep == EP_NAME:
+                continue
+            for name, op in ns:
+                r = merged.pop(name, None) or RejectedNode(name, reason=NO_REASON)
+                r.op_type, r.ep = op, ep
+                res.rejected.append(r)
+        res.log_only += list(merged.values())      # the log named them; the record has them on QNN
     res.findings += failure_findings(res, parsed, model)
 
 

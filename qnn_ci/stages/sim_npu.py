@@ -71,6 +71,11 @@ class SimNpuStage(SimStage):
             properties["binary_arch"] = p.context.arch
         if p is not None and p.rejected:
             properties["rejected_nodes"] = len(p.rejected)
+        if p is not None and p.nodes_total is not None:
+            # on HTP + rejected + other = total, all from the session's assignment record
+            properties["nodes_rejected"] = p.nodes_rejected
+            properties["nodes_other"] = p.nodes_other
+            properties["nodes_inserted_by_ep"] = len(p.inserted)
         findings = report.findings
         status = Status.PASSED if report.passed else Status.FAILED
         summary = report.summary_line()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,24 @@ def test_fp16_graph_exit_1_on_qcs6490_naming_the_node_and_0_on_sm8550(capsys, gr
     assert code == 1
     assert "  - node 'cast_in' of type Cast: QNN error code 3110" in out
     assert "[fp16.tensor]" in out and "FAILED: QCS6490" in out
+    # No binary: the target's arch, said to be the target's, not "?".
+    assert ("arch:     v68 (QCS6490's HTP; no context binary was built (prepare failed), "
+            "so nothing was read back)") in out
+    # The counts add up, all from the session's assignment record.
+    m = re.search(r"nodes in the session: (\d+) = (\d+) on HTP \+ (\d+) rejected \+ (\d+) "
+                  r"not on HTP without a logged reason", out)
+    assert m, out
+    total, on_htp, rejected, other = map(int, m.groups())
+    assert on_htp + rejected + other == total and rejected == 2 and other == 0
+    assert f"nodes on HTP / total: {on_htp} / {total}" in out
+    assert "rejected nodes: 2\n" in out
+    assert out.count("  - node ") == 2
+    # The Convert op the EP made for cast_in is named with it, not counted as a node.
+    assert "- node 'cast_in_ort_qnn_ep_convert'" not in out
+    assert "made for it failed too: 'cast_in_ort_qnn_ep_convert' (Convert" in out
+    # Nodes onnxruntime added for the EP are named.
+    assert re.search(r"\d+ inserted or rewritten by onnxruntime for the EP: '[^']+", out)
+    assert f"prepare FAILED, {on_htp}/{total} nodes on HTP, 2 rejected" in out
     code, out, _ = _run(capsys, str(graphs["fp16"]), "--soc", "SM8550",
                         "--out", str(tmp_path / "v73"))
     assert code == 0 and "PASSED: SM8550" in out

@@ -37,6 +37,9 @@ def test_quantized_conv_prepares_for_qcs6490(graphs: dict[str, Path], tmp_path: 
     qdq_nodes = len(onnx.load(str(report.quantize.model)).graph.node)
     assert p.nodes_on_htp == p.nodes_total == p.by_ep["QNNExecutionProvider"]
     assert p.nodes_total > qdq_nodes > 3
+    # The difference is what onnxruntime inserted or rewrote for the EP (NHWC).
+    assert 0 < p.nodes_total - len(p.inserted) <= qdq_nodes
+    assert any(op == "Transpose" for _, op, _ in p.inserted)
     assert set(p.by_ep) == {"QNNExecutionProvider"}
     # Artefacts: the EPContext model points at the binary next to it.
     assert p.ctx_model == tmp_path / "conv_ctx.onnx" and p.ctx_model.is_file()
@@ -64,7 +67,39 @@ def test_fp16_graph_fails_for_qcs6490_and_names_the_nodes(graphs: dict[str, Path
     assert any("'cast_in' of type Cast: QNN error code 3110" in m for m in messages)
     # Counts come from the diagnostic session's assignment record (fallback allowed).
     assert (res.nodes_on_htp, res.nodes_total) == (0, 3)
+    assert (res.nodes_rejected, res.nodes_other, res.inserted) == (3, 0, [])
     assert "fallback to CPU EP has been explicitly disabled" in (res.error or "")
+
+
+def test_quantized_fp16_graph_counts_add_up_and_ep_made_ops_join_their_node(
+        graphs: dict[str, Path], tmp_path: Path) -> None:
+    """Quantized, the FP16 graph gains Q/DQ nodes and a DequantizeLinear that
+    onnxruntime duplicates for the EP; the EP log also names a Convert op the EP
+    made while lowering `cast_in`. Rejected + on HTP + other = total, all from
+    the assignment record; the Convert is reported with its node, not counted."""
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)
+    report = check_htp(graphs["fp16"], tmp_path, sim_target("QCS6490"),
+                       [{"x": x}, {"x": -x}], QuantSettings())
+    p = report.prepare
+    assert p is not None and not p.prepared and p.nodes_total is not None
+    assert p.nodes_on_htp + p.nodes_rejected + p.nodes_other == p.nodes_total
+    assert p.nodes_total == sum(p.by_ep.values())
+    by = {r.name: r for r in p.rejected}
+    assert set(by) == {"cast_in", "cast_out"}
+    assert all(r.ep == "CPUExecutionProvider" and r.error_code == 3110 for r in by.values())
+    assert len(p.rejected) == p.nodes_total - p.nodes_on_htp
+    assert any(op.startswith("'cast_in_ort_qnn_ep_convert' (Convert") for op in
+               by["cast_in"].ep_ops)
+    assert "made for it failed too: 'cast_in_ort_qnn_ep_convert'" in by["cast_in"].describe()
+    qdq_names = {n.name for n in onnx.load(str(report.quantize.model)).graph.node}
+    assert p.model_nodes == len(qdq_names)
+    assert p.inserted and all(name not in qdq_names for name, _, _ in p.inserted)
+    assert p.nodes_total == p.model_nodes + len(p.inserted)    # nothing fused away here
+    assert "inserted or rewritten by onnxruntime" in (p.origin_text() or "")
+    assert report.summary_line().endswith(
+        f"prepare FAILED, {p.nodes_on_htp}/{p.nodes_total} nodes on HTP, 2 rejected")
+    d = p.to_dict()
+    assert (d["nodes_rejected"], d["nodes_other"]) == (2, 0) and d["log_only"] == []
 
 
 def test_fp16_graph_passes_for_sm8550_and_the_audit_counts_fp16(graphs: dict[str, Path],
@@ -105,6 +140,7 @@ def test_dynamic_batch_is_caught_and_points_at_static_shapes(graphs: dict[str, P
     assert "[N, 3, 8, 8]" in inputs[0].message and "static_shapes" in inputs[0].message
     p = report.prepare
     assert p is not None and p.nodes_on_htp == 0 and p.nodes_total == len(p.rejected) > 0
+    assert (p.nodes_rejected, p.nodes_other) == (0, p.nodes_total)   # no reason logged
     # The per-node list is summed up in one finding that names the likely cause.
     rejected = [f for f in report.findings if f.check == "sim.rejected"]
     assert len(rejected) == 1 and "dynamic input dims above" in rejected[0].message

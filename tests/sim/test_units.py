@@ -21,9 +21,9 @@ from qnn_ci.sim.binary import ContextInfo, read_context_info
 from qnn_ci.sim.constants import fold_constants
 from qnn_ci.sim.ep import capture_native_output, sim_target
 from qnn_ci.sim.fusion import fuse_batchnorm
-from qnn_ci.sim.logparse import parse_ep_log
+from qnn_ci.sim.logparse import RejectedNode, parse_ep_log
 from qnn_ci.sim.overrides import overrides_from_encodings
-from qnn_ci.sim.prepare import check_context
+from qnn_ci.sim.prepare import attribute_log, check_context
 from qnn_ci.tables import get_soc
 
 
@@ -171,6 +171,34 @@ def test_parse_ep_log_names_nodes_types_codes_and_reasons() -> None:
     assert len(parsed.errors) == 2 and parsed.errors[1].startswith("This session contains")
     assert "error code 3110" in by["cast_in"].describe()
     assert "\x1b" not in "".join(parsed.errors)
+
+
+def test_attribute_log_joins_ep_made_ops_and_retries_to_their_node() -> None:
+    """EP-made QNN op names (after a node or after a tensor), `_N`/`_token_N`
+    retries, and names that are no node at all."""
+    nodes = [helper.make_node("Cast", ["x"], ["xh"], name="cast_in", to=TensorProto.FLOAT16),
+             helper.make_node("Gather", ["xh", "idx"], ["g"], name="gather1"),
+             helper.make_node("Cast", ["g"], ["y"], name="cast_out", to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "g", [], [])
+    model = helper.make_model(graph)
+    logged = [RejectedNode("cast_in_ort_qnn_ep_convert", qnn_type="Convert", error_code=3110),
+              RejectedNode("cast_in", qnn_type="Cast", error_code=3110),
+              RejectedNode("cast_in_2", qnn_type="Cast", error_code=3110),
+              RejectedNode("idx_ort_qnn_ep_cast", qnn_type="Cast", error_code=3110),
+              RejectedNode("cast_out", op_type="Cast"),
+              RejectedNode("somewhere_else", op_type="Relu")]
+    session_nodes = {"cast_in": "Cast", "gather1": "Gather", "cast_out": "Cast",
+                     "g/duplicated": "Identity"}
+    merged, unmatched = attribute_log(logged, session_nodes, model)
+    assert set(merged) == {"cast_in", "gather1", "cast_out"}
+    c = merged["cast_in"]
+    assert (c.op_type, c.qnn_type, c.error_code) == ("Cast", "Cast", 3110)
+    assert c.ep_ops == ["'cast_in_ort_qnn_ep_convert' (Convert, error code 3110)"]
+    # A tensor-named EP op belongs to the node that consumes (or produces) the tensor.
+    assert merged["gather1"].ep_ops == ["'idx_ort_qnn_ep_cast' (Cast, error code 3110)"]
+    assert merged["gather1"].error_code is None
+    assert merged["cast_out"].ep_ops == []
+    assert [r.name for r in unmatched] == ["somewhere_else"]
 
 
 def test_parse_ep_log_of_a_clean_run_is_empty() -> None:
