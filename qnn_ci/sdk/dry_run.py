@@ -11,8 +11,12 @@ or `` wrong type``. The table may be wrapped in ANSI colour codes.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+import onnx
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 PROBLEM_SUFFIXES: tuple[str, ...] = (
@@ -50,6 +54,27 @@ class DryRunReport:
 
     def passed(self, exit_code: int | None) -> bool:
         return exit_code == 0 and not self.problems
+
+
+def node_op_types(model: onnx.ModelProto) -> dict[str, str]:
+    """Layer name -> ONNX op type for every node: its name as written, as the
+    converter sanitises it (non-word runs become ``_``), and ``<Op>_<index>`` for a
+    node without a name."""
+    ops: dict[str, str] = {}
+    for index, node in enumerate(model.graph.node):
+        names = [node.name, re.sub(r"\W+", "_", node.name)] if node.name else \
+            [f"{node.op_type}_{index}"]
+        for name in names:
+            ops.setdefault(name, node.op_type)
+    return ops
+
+
+def fill_ops(report: DryRunReport, op_types: Mapping[str, str]) -> None:
+    """Give rows whose Ops cell is empty (an attribute, input or output problem
+    on a supported op) the op type of their layer, from ``node_op_types``."""
+    report.problems = [
+        p if p.op else dataclasses.replace(p, op=op_types.get(p.layer, ""))
+        for p in report.problems]
 
 
 def strip_ansi(text: str) -> str:

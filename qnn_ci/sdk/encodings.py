@@ -25,6 +25,7 @@ ignored by the converter, so ``coverage`` compares the file with the graph.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator
@@ -35,7 +36,6 @@ from typing import Any
 import onnx
 
 from qnn_ci.errors import UserError
-from qnn_ci.sdk.record import load_json
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,14 @@ def read_encodings(path: Path) -> Encodings:
     except OSError as exc:
         raise UserError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
     r = _Reader(path)
-    data = r.obj(load_json(text, path), "(top level)")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                        f"quantization overrides must be an AIMET .encodings file (JSON with "
+                        f"activation_encodings/param_encodings, or encodings)",
+                        file=path) from None
+    data = r.obj(raw, "(top level)")
     version = data.get("version")
     notes: list[str] = []
     acts, params = data.get("activation_encodings"), data.get("param_encodings")

@@ -11,11 +11,13 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
+import onnx
+
 from qnn_ci.errors import ToolError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.convert import explain_failure
 from qnn_ci.sdk.converter_cmd import build_convert_argv
-from qnn_ci.sdk.dry_run import parse_dry_run
+from qnn_ci.sdk.dry_run import fill_ops, node_op_types, parse_dry_run
 from qnn_ci.sdk.locate import find_sdk
 from qnn_ci.sdk.toolrun import run_tool
 from qnn_ci.stage import StageContext
@@ -27,6 +29,14 @@ from qnn_ci.stages.sdk_common import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _op_types(model: Path) -> dict[str, str]:
+    try:
+        return node_op_types(onnx.load(str(model), load_external_data=False))
+    except Exception as exc:      # only the op names in messages are at stake
+        log.info("could not read %s for op types: %s", model, exc)
+        return {}
 
 
 class DryRunStage(ConverterStage):
@@ -47,6 +57,8 @@ class DryRunStage(ConverterStage):
         run = run_tool(argv, sdk=sdk, workdir=ctx.workdir, log_name="dry_run",
                        timeout=export.sdk.timeout_s)
         report = parse_dry_run(run.output)
+        if any(not p.op for p in report.problems):
+            fill_ops(report, _op_types(model))
         findings = [Finding("dry_run.unsupported", p.message(), Severity.ERROR, p.layer or None)
                     for p in report.problems]
         if not run.ok:

@@ -168,6 +168,16 @@ def test_not_an_encodings_file(tmp_path: Path, content: str, what: str) -> None:
         read_encodings(write(tmp_path, content))
 
 
+def test_bad_json_message_is_about_encodings(tmp_path: Path) -> None:
+    path = write(tmp_path, '{"version": "1.0.0",')
+    with pytest.raises(UserError) as err:
+        read_encodings(path)
+    text = err.value.oneline()
+    assert text.startswith(f"{path}: not valid JSON (line 1, column 21: ")
+    assert "AIMET .encodings file" in text and "_net.json" not in text
+    assert "generated source" not in text
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="encodings file not found"):
         read_encodings(tmp_path / "nope.encodings")

@@ -9,7 +9,7 @@ import pytest
 
 from qnn_ci.elf import check_library, read_elf_header
 from qnn_ci.errors import ToolError
-from qnn_ci.sdk.dry_run import parse_dry_run
+from qnn_ci.sdk.dry_run import fill_ops, node_op_types, parse_dry_run
 from qnn_ci.sdk.model_lib import parse_lib_targets
 
 PREFIX = "2025-03-06 04:55:44,592 - 240 - INFO - "
@@ -46,6 +46,31 @@ def test_every_problem_suffix(suffix: str) -> None:
             f"| n1 | Foo | | | axis {suffix} |\n")
     report = parse_dry_run(text)
     assert [p.text for p in report.problems] == [f"axis {suffix}"]
+
+
+def test_empty_op_cells_filled_from_the_model() -> None:
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["x"], ["a"], name="/up/Resize"),
+         helper.make_node("Relu", ["a"], ["b"]),
+         helper.make_node("TopK", ["b"], ["c"], name="topk")], "g", [], [])
+    ops = node_op_types(helper.make_model(graph))
+    assert ops == {"/up/Resize": "Resize", "_up_Resize": "Resize", "Relu_1": "Relu",
+                   "topk": "TopK"}
+    text = ("| Layers | Ops | Inputs | Outputs | Attributes |\n"
+            "| _up_Resize |  |  |  | mode=cubic unsupported value |\n"
+            "| Relu_1 |  | x wrong type |  |  |\n"
+            "| gone |  |  |  | axis=9 invalid value |\n"
+            "| topk | TopK | | | k unsupported value |\n")
+    report = parse_dry_run(text)
+    assert [p.op for p in report.problems] == ["", "", "", "TopK"]
+    fill_ops(report, ops)
+    assert [p.message() for p in report.problems] == [
+        "layer _up_Resize (Resize): Attributes: mode=cubic unsupported value",
+        "layer Relu_1 (Relu): Inputs: x wrong type",
+        "layer gone (?): Attributes: axis=9 invalid value",
+        "layer topk (TopK): Attributes: k unsupported value"]
 
 
 def test_clean_dry_run() -> None:

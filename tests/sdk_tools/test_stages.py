@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -95,6 +96,31 @@ def test_dry_run_stage_fails_on_problem_rows(export_factory, standin_root,
     assert res.status == Status.FAILED and res.data["exit_code"] == 0
     assert [f.subject for f in res.errors()] == ["warp/GridSample"]
     assert "GridSample" in res.summary and Path(res.artefacts["log"]).is_file()
+
+
+def _cubic_resize_model(path: Path) -> Path:
+    """x -> Resize(mode=cubic, node named "rz"): a supported op with a bad attribute."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="rz", mode="cubic")],
+        "rz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])], [scales])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_dry_run_attribute_row_names_the_op_from_the_model(export_factory, standin_root,
+                                                           tmp_path: Path) -> None:
+    model = _cubic_resize_model(tmp_path / "rz.onnx")
+    env = _env(tmp_path, standin_root())
+    res = DryRunStage().run(_ctx(export_factory(model=model), env, "dry_run", {
+        "static_shapes": _shapes(model, [("x", "float32", [1, 2, 4, 4])])}))
+    assert res.status == Status.FAILED
+    assert [f.message for f in res.errors()] == [
+        "layer rz (Resize): Attributes: mode=cubic unsupported value"]
+    assert res.data["problems"][0]["op"] == "Resize"
 
 
 def test_convert_stage_artefacts_and_data(export_factory, standin_root, tmp_path: Path) -> None:
