@@ -55,6 +55,19 @@ def test_quantized_conv_prepares_for_qcs6490(graphs: dict[str, Path], tmp_path: 
     assert trace["soc_traces"][0]["compilation_target"]["soc_model"] == 93
 
 
+@pytest.mark.parametrize(("soc", "sim_id", "arch"), [("QCS8550", 66, 73), ("SM8850", 87, 81)])
+def test_qcs8550_and_sm8850_prepare_for_their_own_ids(graphs: dict[str, Path], tmp_path: Path,
+                                                      conv_feeds, soc: str, sim_id: int,
+                                                      arch: int) -> None:
+    """The SoC table's simulator ids for these two, read back from the binary."""
+    target = sim_target(soc)
+    assert target.sim_soc_id == sim_id
+    report = check_htp(graphs["conv"], tmp_path, target, conv_feeds(2), QuantSettings())
+    assert report.passed, report.findings
+    ctx = report.prepare.context
+    assert (ctx.soc_type, ctx.arch, ctx.vtcm_size) == (soc, arch, 8 << 20)
+
+
 def test_fp16_graph_fails_for_qcs6490_and_names_the_nodes(graphs: dict[str, Path],
                                                           tmp_path: Path) -> None:
     res = prepare_for_htp(graphs["fp16"], tmp_path, sim_target("QCS6490"))
