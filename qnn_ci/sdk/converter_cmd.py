@@ -105,7 +105,7 @@ def probe_converter(sdk: Sdk, cache_dir: Path, *, timeout: float = 300.0) -> Con
             return found
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    run = run_tool([CONVERTER, "--help"], sdk=sdk, workdir=cache_dir,
+    run = run_tool([str(sdk.tool(CONVERTER)), "--help"], sdk=sdk, workdir=cache_dir,
                    log_name=f"converter-help-{digest}", timeout=timeout)
     flags = parse_help_flags(run.output)
     if run.exit_code != 0 or "--input_network" not in flags:
@@ -207,17 +207,20 @@ def check_float_fallback(export: ExportSpec) -> None:
 
 def build_convert_argv(export: ExportSpec, model: Path, input_list: Path | None, out_cpp: Path,
                        flags: set[str] | frozenset[str], *, dry_run: bool = False,
-                       graph_inputs: Sequence[Mapping[str, Any]] | None = None) -> list[str]:
+                       graph_inputs: Sequence[Mapping[str, Any]] | None = None,
+                       tool: str | Path = CONVERTER) -> list[str]:
     """The converter argv for ``export`` (every path absolute).
 
     ``graph_inputs`` are the pinned model's inputs ({"name", "dtype", "shape"}, from
-    the static_shapes stage); manifest inputs fill in what they do not say.
+    the static_shapes stage); manifest inputs fill in what they do not say. ``tool``
+    is argv[0]: the stages pass ``Sdk.tool(CONVERTER)``, the absolute path
+    ``locate`` checked, so no other converter on ``PATH`` can run instead.
     """
     f = _Flags(flags, export)
     q = export.quantization
     if not dry_run:
         check_float_fallback(export)
-    argv = [CONVERTER, f.get("--input_network", "-i", key="model"),
+    argv = [str(tool), f.get("--input_network", "-i", key="model"),
             str(Path(model).resolve())]
     inputs = _inputs(export, graph_inputs)
     for inp in inputs:

@@ -73,7 +73,7 @@ def parse_lib_targets(help_text: str) -> LibTargets:
 
 
 def probe_lib_targets(sdk: Sdk, workdir: Path, *, timeout: float = 120.0) -> LibTargets:
-    run = run_tool([LIB_GENERATOR, "--help"], sdk=sdk, workdir=workdir,
+    run = run_tool([str(sdk.tool(LIB_GENERATOR)), "--help"], sdk=sdk, workdir=workdir,
                    log_name="lib-generator-help", timeout=timeout)
     targets = parse_lib_targets(run.output)
     if run.exit_code != 0 or not targets.supported:
@@ -104,8 +104,33 @@ def choose_target(export: ExportSpec, targets: LibTargets) -> str:
 
 
 def needs_esdk(lib_target: str | None) -> bool:
-    """Cross targets need the eSDK's toolchain; host (x86_64) targets do not."""
-    return bool(lib_target) and not str(lib_target).startswith("x86_64")
+    """Linux cross targets (``aarch64-oe-linux-*``, ``aarch64-ubuntu-*``) need the
+    eSDK's toolchain; host (``x86_64-*``) targets do not, and Android targets
+    (``*-android``) build with the Android NDK instead."""
+    target = str(lib_target or "")
+    return bool(target) and not target.startswith("x86_64") and not target.endswith("-android")
+
+
+ANDROID_HINT = ("{target} builds with the Android NDK, not the Linux eSDK: set ANDROID_NDK_ROOT "
+                "to an Android NDK (with ndk-build on PATH) in the runner's environment")
+
+
+def board_target_warning(export: ExportSpec) -> str | None:
+    """A warning when the export names a board or SoC but its lib_target builds a
+    library that will not run on an aarch64 Linux board (Android or the host)."""
+    target = export.target.lib_target or ""
+    where = export.board or export.target.soc
+    if not where:
+        return None
+    if target.endswith("-android"):
+        built = "an Android library"
+    elif target.startswith("x86_64"):
+        built = "a library for the x86_64 host"
+    else:
+        return None
+    return (f"lib_target {target} builds {built}: it will not run on an aarch64 Linux board "
+            f"({where}); use the aarch64 Linux target nearest to the board's eSDK (e.g. "
+            f"aarch64-oe-linux-gcc11.2) unless the board runs Android")
 
 
 def library_name(export_name: str) -> str:
@@ -127,8 +152,8 @@ class LibOutcome:
 
 
 def build_lib_argv(cpp: Path, bin_path: Path | None, out_dir: Path, target: str,
-                   lib_name: str) -> list[str]:
-    argv = [LIB_GENERATOR, "-c", str(Path(cpp).resolve())]
+                   lib_name: str, tool: str | Path = LIB_GENERATOR) -> list[str]:
+    argv = [str(tool), "-c", str(Path(cpp).resolve())]
     if bin_path is not None:
         argv += ["-b", str(Path(bin_path).resolve())]
     argv += ["-o", str(Path(out_dir).resolve()), "-t", target, "-l", lib_name]
@@ -143,12 +168,14 @@ def build_model_lib(*, sdk: Sdk, cpp: Path, bin_path: Path | None, target: str, 
     if target in LIB_GENERATOR_DEFAULT_TARGETS and not target.startswith("x86_64"):
         log.info("building for %s, one of the tool's default targets: it runs on Android, "
                  "not on an aarch64 Linux board", target)
-    argv = build_lib_argv(cpp, bin_path, out_dir, target, lib_name)
+    argv = build_lib_argv(cpp, bin_path, out_dir, target, lib_name, sdk.tool(LIB_GENERATOR))
     run = run_tool(argv, sdk=sdk, workdir=workdir, log_name="model_lib", timeout=timeout,
                    need_esdk=needs_esdk(target))
     outcome = LibOutcome(run=run, target=target)
     if not run.ok:
         what = "timed out" if run.timed_out else "failed"
+        if target.endswith("-android") and not run.timed_out:
+            what += ": " + ANDROID_HINT.format(target=target)
         outcome.failures.append(f"{LIB_GENERATOR} {what}\n{run.describe()}")
         return outcome
     library = out_dir / target / f"lib{lib_name}.so"

@@ -16,7 +16,7 @@ from qnn_ci.errors import ToolError, UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.convert import convert
 from qnn_ci.sdk.converter_cmd import build_convert_argv
-from qnn_ci.sdk.locate import find_sdk
+from qnn_ci.sdk.locate import CONVERTER, find_sdk
 from qnn_ci.sdk.model_lib import library_name
 from qnn_ci.sdk.record import read_record
 from qnn_ci.stage import StageContext
@@ -50,7 +50,8 @@ class ConvertStage(ConverterStage):
             if calibration is not None and "input_list" in calibration.artefacts else None
         out_cpp = ctx.workdir / f"{library_name(export.name)}.cpp"
         argv = build_convert_argv(export, model, input_list, out_cpp, help_.flags,
-                                  graph_inputs=shapes.data.get("inputs"))
+                                  graph_inputs=shapes.data.get("inputs"),
+                                  tool=sdk.tool(CONVERTER))
         outcome = convert(argv, sdk=sdk, workdir=ctx.workdir, output_path=out_cpp, model=model,
                           timeout=export.sdk.timeout_s)
         findings = [Finding("convert.note", note, Severity.INFO) for note in outcome.notes]

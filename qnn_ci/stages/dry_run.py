@@ -18,7 +18,7 @@ from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.convert import explain_failure
 from qnn_ci.sdk.converter_cmd import build_convert_argv
 from qnn_ci.sdk.dry_run import fill_ops, node_op_types, parse_dry_run
-from qnn_ci.sdk.locate import find_sdk
+from qnn_ci.sdk.locate import CONVERTER, find_sdk
 from qnn_ci.sdk.toolrun import run_tool
 from qnn_ci.stage import StageContext
 from qnn_ci.stages.sdk_common import (
@@ -53,7 +53,8 @@ class DryRunStage(ConverterStage):
         shapes = ctx.upstream["static_shapes"]
         model = Path(shapes.artefacts["model"])
         argv = build_convert_argv(export, model, None, ctx.workdir / "dry_run.cpp", help_.flags,
-                                  dry_run=True, graph_inputs=shapes.data.get("inputs"))
+                                  dry_run=True, graph_inputs=shapes.data.get("inputs"),
+                                  tool=sdk.tool(CONVERTER))
         run = run_tool(argv, sdk=sdk, workdir=ctx.workdir, log_name="dry_run",
                        timeout=export.sdk.timeout_s)
         report = parse_dry_run(run.output)

@@ -13,6 +13,7 @@ from typing import Any
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.locate import CONVERTER, LIB_GENERATOR, find_sdk, sdk_unavailable
 from qnn_ci.sdk.model_lib import (
+    board_target_warning,
     build_model_lib,
     choose_target,
     library_name,
@@ -61,6 +62,9 @@ class ModelLibStage(Stage):
         elf_machine = outcome.elf.machine if outcome.elf else None
         findings = [Finding("model_lib.failed", msg, Severity.ERROR, target)
                     for msg in outcome.failures]
+        warning = board_target_warning(export)
+        if warning:
+            findings.append(Finding("model_lib.target", warning, Severity.WARNING, target))
         if outcome.ok:
             assert outcome.elf is not None and outcome.library is not None
             status = Status.PASSED

@@ -10,7 +10,12 @@ from qnn_ci.errors import UserError
 from qnn_ci.sdk.convert import convert
 from qnn_ci.sdk.converter_cmd import build_convert_argv, probe_converter
 from qnn_ci.sdk.locate import Sdk, version_from_root
-from qnn_ci.sdk.model_lib import build_model_lib, choose_target, probe_lib_targets
+from qnn_ci.sdk.model_lib import (
+    build_model_lib,
+    choose_target,
+    needs_esdk,
+    probe_lib_targets,
+)
 from qnn_ci.spec import InputSpec, TargetSpec
 from qnn_ci.tables import LIB_GENERATOR_DEFAULT_TARGETS
 from tests.sdk_tools.conftest import tiny_conv_model, write_input_list
@@ -140,3 +145,30 @@ def test_library_without_weights_file(sdk_factory, export_factory, tmp_path: Pat
                           lib_name="w", workdir=tmp_path / "lib", timeout=120)
     assert out.ok, out.failures
     assert "-b" not in out.run.argv and out.elf is not None and out.elf.machine == 62
+
+
+@pytest.mark.parametrize("target, esdk", [("aarch64-android", False), ("arm-android", False),
+                                          (AARCH64, True), ("x86_64-linux-clang", False)])
+def test_only_linux_cross_targets_need_the_esdk(target: str, esdk: bool) -> None:
+    assert needs_esdk(target) == esdk
+
+
+def test_android_target_needs_the_ndk_not_the_esdk(sdk_factory, converted,
+                                                   tmp_path: Path) -> None:
+    cpp, bin_path = converted
+    sdk = sdk_factory()                                    # no eSDK
+    sdk.environ = {"PATH": "/usr/bin:/bin"}
+    out = build_model_lib(sdk=sdk, cpp=cpp, bin_path=bin_path, target="aarch64-android",
+                          lib_name="m", workdir=tmp_path / "no-ndk", timeout=120)
+    assert not out.ok
+    assert out.failures[0].splitlines()[0] == (
+        "qnn-model-lib-generator failed: aarch64-android builds with the Android NDK, not the "
+        "Linux eSDK: set ANDROID_NDK_ROOT to an Android NDK (with ndk-build on PATH) in the "
+        "runner's environment")
+    ndk = tmp_path / "android-ndk"
+    ndk.mkdir()
+    sdk.environ = {"PATH": "/usr/bin:/bin", "ANDROID_NDK_ROOT": str(ndk)}
+    out = build_model_lib(sdk=sdk, cpp=cpp, bin_path=bin_path, target="aarch64-android",
+                          lib_name="m", workdir=tmp_path / "ndk", timeout=120)
+    assert out.ok, out.failures
+    assert out.elf is not None and out.elf.machine == 183

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from qnn_ci.errors import UserError
-from qnn_ci.results import StageResult, Status
+from qnn_ci.results import Severity, StageResult, Status
 from qnn_ci.spec import InputSpec, QuantizationSpec, SdkSpec, TargetSpec
 from qnn_ci.stage import Environment, StageContext
 from qnn_ci.stages.convert import ConvertStage
@@ -242,5 +242,63 @@ def test_converter_that_cannot_start_fails_with_last_lines(export_factory,
     assert res.status == Status.FAILED
     text = res.failure_text()
     assert "could not read the flags of qnn-onnx-converter --help" in text
-    assert "command: qnn-onnx-converter --help" in text
+    assert f"command: {tool} --help" in text          # the absolute path locate checked
     assert "ImportError: libpython3.10.so.1.0" in text
+
+
+def _converted(export_factory, env: Environment, tmp_path: Path) -> StageResult:
+    model = tiny_conv_model(tmp_path / "m.onnx", dynamic_batch=False)
+    lst = write_input_list(tmp_path / "cal", {"x": ((1, 3, 8, 8), "float32")})
+    res = ConvertStage().run(_ctx(export_factory(model=model), env, "convert", {
+        "static_shapes": _shapes(model, [("x", "float32", [1, 3, 8, 8])]),
+        "calibration": _calibration(lst)}))
+    assert res.status == Status.PASSED, res.failure_text()
+    return res
+
+
+def test_model_lib_warns_when_the_target_cannot_run_on_a_linux_board(
+        export_factory, standin_root, tmp_path: Path) -> None:
+    env = _env(tmp_path, standin_root())
+    ndk = tmp_path / "ndk"
+    ndk.mkdir()
+    env = Environment(workdir=env.workdir, environ={**env.environ, "ANDROID_NDK_ROOT": str(ndk)})
+    conv = _converted(export_factory, env, tmp_path)
+    for target, soc, built in (("aarch64-android", "SM8550", "an Android library"),
+                               ("x86_64-linux-clang", "QCS6490", "a library for the x86_64 host"),
+                               ("x86_64-linux-clang", None, None)):
+        export = export_factory(target=TargetSpec(soc=soc, lib_target=target))
+        assert ModelLibStage().unavailable(export, env) is None     # no eSDK asked for
+        res = ModelLibStage().run(_ctx(export, env, f"model_lib-{target}-{soc}",
+                                       {"convert": conv}))
+        assert res.status == Status.PASSED, res.failure_text()
+        warnings = [f for f in res.findings if f.check == "model_lib.target"]
+        if built is None:
+            assert warnings == []
+            continue
+        [w] = warnings
+        assert w.severity == Severity.WARNING
+        assert w.message.startswith(f"lib_target {target} builds {built}: it will not run on "
+                                    f"an aarch64 Linux board ({soc})")
+
+
+def test_tools_run_by_the_absolute_path_locate_checked(export_factory, tmp_path: Path) -> None:
+    from fixtures.qairt_standin import make_sdk
+
+    root = make_sdk(tmp_path / "sdk")
+    envsetup = root / "bin" / "envsetup.sh"              # an envsetup that leaves PATH alone
+    envsetup.write_text("\n".join(line for line in envsetup.read_text().splitlines()
+                                  if not line.startswith("export PATH=")) + "\n")
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    for tool in ("qnn-onnx-converter", "qnn-model-lib-generator"):
+        (decoy / tool).write_text("#!/bin/sh\necho 'the wrong tool ran' >&2\nexit 1\n")
+        (decoy / tool).chmod(0o755)
+    env = Environment(workdir=tmp_path / "work", environ={
+        "PATH": f"{decoy}:/usr/bin:/bin", "QNN_SDK_ROOT": str(root)})
+    conv = _converted(export_factory, env, tmp_path)
+    assert conv.data["argv"][0] == str(root / "bin/x86_64-linux-clang/qnn-onnx-converter")
+    export = export_factory(target=TargetSpec(lib_target="x86_64-linux-clang"))
+    lib = ModelLibStage().run(_ctx(export, env, "model_lib", {"convert": conv}))
+    assert lib.status == Status.PASSED, lib.failure_text()
+    assert Path(lib.artefacts["log"]).read_text().startswith(
+        f"command: {root}/bin/x86_64-linux-clang/qnn-model-lib-generator -c ")
