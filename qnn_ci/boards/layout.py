@@ -13,26 +13,33 @@ graph inputs, app-read = graph outputs, names sanitised). A tensor whose board
 dims equal the ONNX dims with axis 1 moved last is spatial-first; equal dims are
 kept as they are; when both readings fit (e.g. ``1,8,8,8``), rank 4 is taken as
 spatial-first (the converter's default) and said so.
+
+Files are transposed through a memory map a block at a time (``transpose_file``),
+so memory stays bounded whatever the tensor's size.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from qnn_ci.calibration.input_list import read_raw, write_raw
+from qnn_ci.boards.result_files import match_outputs, result_files
 from qnn_ci.calibration.sources import Expected
 from qnn_ci.compare.outputs import sanitize
+from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sdk.net_json import read_net_json
 
 log = logging.getLogger(__name__)
 
 APP_WRITE, APP_READ = 0, 1
+CHUNK_BYTES = 16 * 1024 * 1024      # at most this much of a tensor in memory at once
 
 
 def spatial_first(rank: int) -> tuple[int, ...]:
@@ -113,6 +120,45 @@ def board_layout(net_json: Path | None, inputs: dict[str, tuple[int, ...]],
     return layout
 
 
+def _blocks(shape: tuple[int, ...], itemsize: int, chunk_bytes: int
+            ) -> Iterator[tuple[int | slice, ...]]:
+    """Index tuples that cover an array of ``shape`` in C order, each block at most
+    ``chunk_bytes`` (or one innermost row when a row alone is larger)."""
+    inner, k = itemsize, len(shape)
+    while k > 0 and inner * shape[k - 1] <= chunk_bytes:
+        inner *= shape[k - 1]
+        k -= 1
+    if k == 0:
+        yield ()
+        return
+    step = max(1, chunk_bytes // inner)
+    for head in np.ndindex(*shape[: k - 1]):
+        for start in range(0, shape[k - 1], step):
+            yield (*head, slice(start, min(start + step, shape[k - 1])))
+
+
+def transpose_file(src: Path, dst: Path, shape: tuple[int, ...], perm: tuple[int, ...],
+                   itemsize: int, *, chunk_bytes: int = CHUNK_BYTES) -> None:
+    """Write the C-order array of ``shape`` in ``src`` to ``dst`` (may be ``src``) as
+    ``np.transpose(array, perm)``, reading through a memory map and holding at most
+    about ``chunk_bytes`` of it in memory. Elements are opaque ``itemsize``-byte
+    values, so any dtype (float32, native uint8/uint16, ...) works."""
+    src, dst = Path(src), Path(dst)
+    out_shape = tuple(shape[i] for i in perm)
+    tmp = dst.with_name(f".{dst.name}.transposing")
+    try:
+        with tmp.open("wb") as fh:
+            if math.prod(shape):
+                data = np.memmap(src, dtype=np.dtype(f"V{itemsize}"), mode="r", shape=shape)
+                view = data.transpose(perm)
+                for block in _blocks(out_shape, itemsize, chunk_bytes):
+                    np.ascontiguousarray(view[block]).tofile(fh)
+                del view, data
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def board_inputs(samples: list[dict[str, Path]], inputs: list[Expected],
                  layout: IoLayout, out_dir: Path) -> list[dict[str, Path]]:
     """Samples with every moved input rewritten in the board's order (others as is)."""
@@ -126,35 +172,38 @@ def board_inputs(samples: list[dict[str, Path]], inputs: list[Expected],
             perm = layout.perms.get(e.name)
             if perm is None:
                 continue
-            arr = read_raw(sample[e.name], e.dtype, e.shape)
             target = out_dir / f"s{n}_i{k}.raw"
-            write_raw(np.transpose(arr, perm), target, e.dtype)
+            itemsize = np.dtype(e.dtype).itemsize
+            size = sample[e.name].stat().st_size
+            if size != math.prod(e.shape) * itemsize:
+                raise UserError(f"{size} bytes, but input {e.name} {list(e.shape)} {e.dtype} "
+                                f"needs {math.prod(e.shape) * itemsize}; regenerate the "
+                                "sample", file=sample[e.name])
+            transpose_file(sample[e.name], target, tuple(e.shape), perm, itemsize)
             new[e.name] = target
         result.append(new)
     return result
 
 
 def outputs_to_onnx_order(out_dir: Path, outputs: dict[str, tuple[int, ...] | None],
-                          layout: IoLayout) -> int:
+                          layout: IoLayout, *, chunk_bytes: int = CHUNK_BYTES) -> int:
     """Transpose moved outputs in ``out_dir/Result_N`` back to ONNX order, in place
-    (float and native files alike; a file of the wrong size is left for the size
-    checks to report). Returns the number of files rewritten."""
+    (float and native files alike, found as ``qnn_ci.compare`` finds them; a file of
+    the wrong size is left for the size checks to report). Returns the number of
+    files rewritten."""
     done = 0
-    for name, shape in outputs.items():
-        perm = layout.perms.get(name)
-        if perm is None or shape is None:
-            continue
-        board_shape = tuple(shape[i] for i in perm)
-        count = math.prod(shape)
-        for path in sorted(out_dir.glob(f"Result_*/{sanitize(name)}*.raw")):
-            stem = path.name[:-4]
-            if stem not in (sanitize(name), f"{sanitize(name)}_native"):
-                continue
-            size = path.stat().st_size
-            if count == 0 or size == 0 or size % count:
-                continue
-            raw = np.fromfile(path, dtype=np.dtype(f"V{size // count}"))
-            np.ascontiguousarray(raw.reshape(board_shape).transpose(inverse(perm))).tofile(
-                path)
-            done += 1
+    moved = [n for n, shape in outputs.items() if shape is not None and n in layout.perms]
+    for files in result_files(out_dir).values():
+        for native in (False, True):
+            for name, key in match_outputs(moved, files, native=native).items():
+                shape = outputs[name]
+                assert shape is not None
+                perm = layout.perms[name]
+                path, count = files[key], math.prod(shape)
+                size = path.stat().st_size
+                if count == 0 or size == 0 or size % count:
+                    continue
+                transpose_file(path, path, tuple(shape[i] for i in perm), inverse(perm),
+                               size // count, chunk_bytes=chunk_bytes)
+                done += 1
     return done

@@ -39,6 +39,7 @@ BACKEND_LIBS: dict[str, str] = {"cpu": "libQnnCpu.so", "htp": "libQnnHtp.so",
                                 "gpu": "libQnnGpu.so"}
 SHORT_COMMAND_S = 60.0          # ceiling for mkdir / grep / find style commands
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_RESULT = re.compile(r"Result_\d+\Z")
 
 
 @dataclass
@@ -209,7 +210,12 @@ class BoardRun:
         return outcome
 
     def pull(self, backend: str) -> Path:
-        """Copy ``out_<backend>/Result_*/**.raw`` into ``<workdir>/out_<backend>``."""
+        """Copy ``out_<backend>/**/Result_*/**.raw`` into ``<workdir>/out_<backend>``.
+
+        Files sit in ``Result_N/`` (sub-folders below it kept, as made by a ``/`` in a
+        tensor name) or, with several graphs, below a ``<graph name>/`` folder above
+        ``Result_N``; that level is moved below ``Result_N`` here
+        (``Result_N/<graph>/<tensor>.raw``), the layout ``qnn_ci.compare`` reads."""
         local = self.workdir / f"out_{backend}"
         if local.exists():
             shutil.rmtree(local)
@@ -221,13 +227,12 @@ class BoardRun:
             rel = line.strip()
             if rel.startswith("./"):
                 rel = rel[2:]
-            parts = rel.split("/")
-            if len(parts) < 3 or parts[0] != top or ".." in parts \
-                    or not parts[1].startswith("Result_"):
+            target = local_result_path(rel, top)
+            if target is None:
                 continue
-            target = local.joinpath(*parts[1:])
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self.transport.get(posixpath.join(self.remote_dir, rel), target)
+            dest = local.joinpath(*target)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            self.transport.get(posixpath.join(self.remote_dir, rel), dest)
         return local
 
     # -- cleanup -------------------------------------------------------------------
@@ -303,6 +308,20 @@ def run_on_board(transport: Transport, board: BoardConfig, *, library: Path,
         if cleanup is not None:
             result.findings.append(cleanup)
     return result
+
+
+def local_result_path(rel: str, top: str) -> tuple[str, ...] | None:
+    """Where a remote output file (``top/...``, relative to the run folder) goes below
+    the local output folder, or None when it is not an output file:
+    ``top/Result_N/<path>`` -> ``Result_N/<path>``;
+    ``top/<graph>/Result_N/<path>`` -> ``Result_N/<graph>/<path>``."""
+    parts = rel.split("/")
+    if parts[0] != top or any(p in ("", ".", "..") for p in parts):
+        return None
+    result = next((i for i, p in enumerate(parts) if i in (1, 2) and _RESULT.match(p)), None)
+    if result is None or len(parts) <= result + 1:
+        return None
+    return (parts[result], *parts[1:result], *parts[result + 1:])
 
 
 def _write_log(path: Path, res: CommandResult) -> None:

@@ -189,3 +189,42 @@ def test_full_remote_disk_during_upload_is_named(board: Board, library: Path,
                               f"{result.remote_dir}: ")
     assert f"bytes free, {library.stat().st_size} needed to put {library.name})" in message
     assert sorted(p.name for p in full_disk.iterdir()) == ["filler.bin"]   # run folder gone
+
+
+@pytest.mark.parametrize(("switches", "files"), [
+    ({"graph_folder": True}, ["Result_{n}/cnn/feat_map_0.raw", "Result_{n}/cnn/logits.raw"]),
+    ({"slash_subfolders": True}, ["Result_{n}/feat/map_0.raw", "Result_{n}/logits.raw"]),
+    ({"graph_folder": True, "slash_subfolders": True},
+     ["Result_{n}/cnn/feat/map_0.raw", "Result_{n}/cnn/logits.raw"]),
+])
+def test_unconfirmed_output_layouts_are_pulled_and_checked(
+        board: Board, library: Path, tmp_path: Path, switches: dict[str, object],
+        files: list[str]) -> None:
+    """A <graph>/ level above Result_N (it lands below Result_N locally) and
+    sub-folders from a `/` in a tensor name: pulled, found and checked."""
+    set_faults(board.folder, switches)
+    lst = write_samples(tmp_path / "in", 2)
+    result = _run(board, library, lst, tmp_path / "wd")
+    assert result.ok, result.findings
+    for backend in ("cpu", "htp"):
+        out = result.output_dir(backend)
+        assert out is not None
+        got = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.raw"))
+        assert got == sorted(f.format(n=n) for n in range(2) for f in files)
+    _only_ours_gone(board)
+
+
+def test_checks_see_into_unconfirmed_layouts(board: Board, library: Path,
+                                             tmp_path: Path) -> None:
+    """With both layouts at once: a missing Result_N is still seen, and a short file
+    is named by its real path below the graph folder."""
+    set_faults(board.folder, {"graph_folder": True, "slash_subfolders": True,
+                              "short_output": {"backend": "htp", "result": 1},
+                              "missing_result": {"backend": "cpu", "result": 0}})
+    lst = write_samples(tmp_path / "in", 2)
+    result = _run(board, library, lst, tmp_path / "wd")
+    assert _checks(result) == ["board.result_missing", "board.output_short"]
+    assert "CPU backend on board standin: qnn-net-run wrote no Result_0" in \
+        result.findings[0].message
+    assert "output logits of sample 1 (HTP backend on board standin): " \
+        "Result_1/cnn/logits.raw has 20 bytes, expected 40" in result.findings[1].message

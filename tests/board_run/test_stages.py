@@ -264,3 +264,19 @@ def test_board_soc_must_match_the_export_target(built: StandinBuild, board: Boar
     unset = SoLoadStage().run(_ctx(_export(built, tmp_path, soc="SM8550"),
                                    _env(board, tmp_path / "b"), "so_load", up))
     assert unset.status == Status.PASSED, unset.failure_text()
+
+
+def test_htp_vs_cpu_reads_the_unconfirmed_output_layouts(built: StandinBuild, board: Board,
+                                                         tmp_path: Path) -> None:
+    """Graph folder above Result_N and `/` sub-folders together: outputs are found,
+    turned back to ONNX order (feat/map:0 is NHWC on the board) and compared."""
+    set_faults(board.folder, {"graph_folder": True, "slash_subfolders": True})
+    so, res = _so_load_then_compare(built, board, tmp_path)
+    assert so.status == Status.PASSED, so.failure_text()
+    assert res.status == Status.PASSED, res.failure_text()
+    cos = {k: v for k, v in res.properties.items()
+           if k.startswith("htp_vs_cpu.") and k.endswith(".cosine")}
+    assert len(cos) == 2 and all(0.999 < v < 1.0 for v in cos.values()), cos
+    # the layout transpose found the file: the CPU backend matches fp32 exactly
+    assert [v for k, v in res.properties.items()
+            if k.startswith("cpu_vs_fp32.") and "map_0" in k] == [pytest.approx(1.0, abs=1e-6)]
