@@ -3,17 +3,28 @@ board lookup, the SoC check, and turning a board run into StageResult parts."""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.boards.lock import BoardLockedError
+from qnn_ci.boards.native_outputs import NativeType, native_types
 from qnn_ci.boards.netrun import NetRunResult
+from qnn_ci.boards.result_files import ExpectedOutput
 from qnn_ci.boards.session import board_fingerprint, board_problem, resolve_board
+from qnn_ci.compare.outputs import sanitize
+from qnn_ci.pipeline import NO_CACHE
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, StageContext
 from qnn_ci.tables import find_soc
-from qnn_ci.transport.base import TransportError
+from qnn_ci.transport.base import DiskFullError, TransportError
+
+# Failures that say more about the board's state at that moment than about the
+# export: never reused from the cache (see ``finish``).
+TRANSIENT_CHECKS = frozenset({"board.unreachable", "board.locked", "board.timeout",
+                              "board.disk_full"})
 
 
 def unavailable(export: ExportSpec, env: Environment) -> str | None:
@@ -70,11 +81,57 @@ def board_error_result(stage: str, board: BoardConfig, exc: Exception) -> StageR
         if not text.startswith(f"board {board.name}"):
             text = f"board {board.name} unreachable: {text}"
     else:
-        check = "board.error"
-        if not text.startswith(f"board {board.name}"):
+        check = "board.disk_full" if isinstance(exc, DiskFullError) else "board.error"
+        if f"board {board.name}" not in text:
             text = f"board {board.name}: {text}"
-    return StageResult(stage, Status.FAILED, text, [Finding(check, text, subject=board.name)],
-                       properties={"board": board.name})
+    return finish(StageResult(stage, Status.FAILED, text,
+                              [Finding(check, text, subject=board.name)],
+                              properties={"board": board.name}))
+
+
+def may_not_repeat(findings: list[Finding], nr: NetRunResult | None = None) -> bool:
+    """The board was unreachable, locked or full, or qnn-net-run timed out or was
+    killed (by a signal, or its connection dropped)."""
+    if any(f.check in TRANSIENT_CHECKS and f.severity == Severity.ERROR for f in findings):
+        return True
+    return nr is not None and any(
+        not o.ok and (o.timed_out or (o.exit_code is not None and o.exit_code < 0))
+        for o in nr.backends.values())
+
+
+def finish(result: StageResult, nr: NetRunResult | None = None) -> StageResult:
+    """``result``, with ``data[NO_CACHE]`` set on a failure that may not repeat, so
+    the engine never reuses it (whatever the stage's ``cache_failures``)."""
+    if result.status == Status.FAILED and may_not_repeat(result.findings, nr):
+        result.data[NO_CACHE] = True
+    return result
+
+
+def native_expectations(net_json: str | None, outputs: dict[str, int | None]
+                        ) -> tuple[dict[str, NativeType], list[ExpectedOutput], list[Finding]]:
+    """For ``native_outputs``: each output's native type from the converter's
+    ``_net.json``, the expected native files (element counts from ``outputs``, graph
+    output name -> count), and an error finding per output that cannot be read."""
+    if not net_json or not Path(net_json).is_file():
+        text = ("native_outputs: the converter's _net.json is missing (convert artefact "
+                "net_json), so the native outputs' data types are unknown; compare float "
+                "outputs instead (native_outputs: false)")
+        return {}, [], [Finding("board.native_type", text)]
+    types, findings = native_types(Path(net_json), list(outputs))
+    expected = [ExpectedOutput(name, sanitize(name), count,
+                               types[name].dtype.str if name in types else None)
+                for name, count in outputs.items()]
+    return types, expected, findings
+
+
+def net_json_outputs(net_json: str | None) -> dict[str, int | None]:
+    """Graph outputs (app-read tensors) of a _net.json and their element counts."""
+    from qnn_ci.sdk.net_json import read_net_json
+
+    if not net_json or not Path(net_json).is_file():
+        return {}
+    return {t.name: (math.prod(t.dims) if t.dims is not None else None)
+            for t in read_net_json(Path(net_json)).tensors if t.type_code == 1}
 
 
 def run_properties(nr: NetRunResult) -> dict[str, Any]:

@@ -9,6 +9,9 @@ The CPU backend is also held to the thresholds against fp32 onnxruntime: if the
 reference is wrong, the conversion (or the data layout on the board) is wrong.
 Inputs go to the board in the converter's layout (spatial-first rank-4 tensors,
 read from the convert stage's ``_net.json``) and outputs come back in ONNX order.
+With ``native_outputs`` both backends write ``<tensor>_native.raw`` in the graph's
+own types (from the same ``_net.json``); quantized ones are dequantized with their
+scale/offset before anything is compared.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.boards.layout import board_inputs, board_layout, outputs_to_onnx_order
+from qnn_ci.boards.native_outputs import NativeType, dequantize_outputs
 from qnn_ci.boards.netrun import run_on_board, select_samples
 from qnn_ci.boards.reference import write_reference_outputs
 from qnn_ci.boards.result_files import ExpectedOutput
@@ -98,26 +103,37 @@ class HtpVsCpuStage(Stage):
         write_input_list(board_list,
                          board_inputs(samples, inputs, layout, ctx.workdir / "board_inputs"),
                          names)
-        expected_files = [ExpectedOutput(o["name"], sanitize(o["name"]),
-                                         math.prod(o["shape"]) if o.get("shape") else None)
-                          for o in outputs]
+        counts = {o["name"]: math.prod(o["shape"]) if o.get("shape") else None
+                  for o in outputs}
+        expected_files = [ExpectedOutput(n, sanitize(n), c) for n, c in counts.items()]
+        native = export.native_outputs
+        types: dict[str, NativeType] = {}
+        if native:
+            types, expected_files, found = board_common.native_expectations(net_json, counts)
+            findings += found
         expected = {o["name"]: ("float32", tuple(o["shape"]) if o.get("shape") else None)
                     for o in outputs}
         try:
             with board_session(board, ctx.env.environ) as transport:
                 nr = run_on_board(transport, board, library=Path(so_load.data["library"]),
                                   input_list=board_list, input_names=names,
-                                  workdir=ctx.workdir,
+                                  workdir=ctx.workdir, native=native,
                                   library_sdk_version=so_load.data.get("sdk_version"),
                                   expected_outputs=expected_files or None)
         except (TransportError, ToolError) as exc:
             return board_common.board_error_result(self.name, board, exc)
         findings += nr.findings
-        properties = board_common.run_properties(nr) | {"sample_source": which,
-                                                        "layout": layout.describe()}
+        properties = board_common.run_properties(nr) | {
+            "sample_source": which, "layout": layout.describe(),
+            "output_files": "native" if native else "float"}
+        if types:
+            properties["native_types"] = ", ".join(f"{n} {t.describe()}"
+                                                   for n, t in sorted(types.items()))
         cpu_dir, htp_dir = nr.output_dir("cpu"), nr.output_dir("htp")
         for out_dir in (cpu_dir, htp_dir):
             if out_dir is not None:
+                if native:
+                    dequantize_outputs(out_dir, types)
                 outputs_to_onnx_order(out_dir, out_shapes, layout)
         data: dict[str, Any] = {"board_run": nr.to_dict()}
         summary = board_common.first_error(findings)
@@ -132,7 +148,8 @@ class HtpVsCpuStage(Stage):
                         "htp": compare_sets(truth, htp, Thresholds(default={}),
                                             expected=expected)}
             findings += _labelled(vs_truth["cpu"].findings, "CPU backend vs fp32 onnxruntime")
-            cpu_float = float_exact(vs_truth["cpu"])
+            cpu_float = float_exact(vs_truth["cpu"], {
+                sanitize(n): t.scale for n, t in types.items() if t.scale is not None})
             rule = accuracy_rule(truth, cpu, htp, DEFAULT_TOLERANCE)
             findings += _labelled([_advisory(f) if cpu_float else f for f in rule
                                    if f.severity != Severity.INFO], "accuracy rule vs fp32")
@@ -158,20 +175,30 @@ class HtpVsCpuStage(Stage):
             out = nr.output_dir(backend)
             if out is not None:
                 artefacts[f"{backend}_outputs"] = str(out)
-        return StageResult(self.name, board_common.status_of(findings),
-                           summary or "no outputs to compare", findings,
-                           properties=properties, artefacts=artefacts, data=data)
+        return board_common.finish(StageResult(
+            self.name, board_common.status_of(findings), summary or "no outputs to compare",
+            findings, properties=properties, artefacts=artefacts, data=data), nr)
 
 
-def float_exact(cpu_vs_fp32: Comparison) -> bool:
+def float_exact(cpu_vs_fp32: Comparison, output_steps: Mapping[str, float] | None = None
+                ) -> bool:
     """True when the CPU backend reproduced fp32 onnxruntime to float rounding (every
     |err| <= FLOAT_EXACT x the reference peak): it ran the graph in float, not the
     quantized graph. A quantized run misses by at least half a 16-bit step
-    (~1.5e-5 of the peak), float runs by ~1e-7."""
-    compared = [s.metrics for o in cpu_vs_fp32.outputs for s in o.samples if s.metrics]
-    return bool(compared) and all(
-        m.max_abs is not None and m.max_abs <= FLOAT_EXACT * max(m.ref_peak, 1e-12)
-        for m in compared)
+    (~1.5e-5 of the peak), float runs by ~1e-7. ``output_steps`` (output file key ->
+    scale) are the quantization steps of native outputs: a float run written in a
+    quantized output type misses by up to half of that step more."""
+    steps = dict(output_steps or {})
+    checks = []
+    for o in cpu_vs_fp32.outputs:
+        half_step = 0.5 * steps.get(o.name, steps.get(sanitize(o.name), 0.0))
+        for s in o.samples:
+            m = s.metrics
+            if m is not None:
+                rounding = FLOAT_EXACT * max(m.ref_peak, 1e-12)
+                checks.append(m.max_abs is not None
+                              and m.max_abs <= rounding + half_step * (1 + 1e-6))
+    return bool(checks) and all(checks)
 
 
 def _advisory(f: Finding) -> Finding:

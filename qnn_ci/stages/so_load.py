@@ -1,7 +1,8 @@
 """Stage `so_load`: push the model library to the board and run ONE inference
 with qnn-net-run on each backend (CPU, HTP). Tells "could not load the backend /
 model" apart from an execution failure, and reports the board's QNN version next
-to the SDK the library was built with."""
+to the SDK the library was built with. With ``native_outputs`` the run writes
+``<tensor>_native.raw``, checked against the types in the converter's _net.json."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ BACKENDS = ("cpu", "htp")
 
 class SoLoadStage(Stage):
     name = "so_load"
-    needs = ("model_lib", "calibration")
+    needs = ("model_lib", "calibration", "convert")
     marker = "qnn_board"
     settings = ("board", "target", "native_outputs")
     cache_failures = False
@@ -47,13 +48,20 @@ class SoLoadStage(Stage):
         library = Path(lib.artefacts["library"])
         sdk_version = lib.data.get("sdk_version")
         names = list(cal.data["inputs"])
+        native = ctx.export.native_outputs
+        expected, type_findings = None, []
+        if native:
+            net_json = ctx.upstream["convert"].artefacts.get("net_json")
+            _types, expected, type_findings = board_common.native_expectations(
+                net_json, board_common.net_json_outputs(net_json))
         try:
             with board_session(board, ctx.env.environ) as transport:
                 fs_type = work_root_filesystem(transport, board)
                 nr = run_on_board(transport, board, library=library,
                                   input_list=Path(cal.artefacts["input_list"]),
                                   input_names=names, backends=BACKENDS, workdir=ctx.workdir,
-                                  max_samples=1, library_sdk_version=sdk_version)
+                                  max_samples=1, library_sdk_version=sdk_version,
+                                  native=native, expected_outputs=expected or None)
         except (TransportError, ToolError) as exc:
             return board_common.board_error_result(self.name, board, exc)
         report = ctx.workdir / "so_load.json"
@@ -68,10 +76,13 @@ class SoLoadStage(Stage):
         for name, outcome in nr.backends.items():
             if outcome.log:
                 artefacts[f"{name}_log"] = str(outcome.log)
-        findings = list(nr.findings) + storage_findings(board, fs_type)
-        return StageResult(
+        findings = type_findings + list(nr.findings) + storage_findings(board, fs_type)
+        summary = board_common.first_error(findings) or summary
+        properties = board_common.run_properties(nr) | {
+            "work_root_fs": fs_type or "", "output_files": "native" if native else "float"}
+        return board_common.finish(StageResult(
             self.name, board_common.status_of(findings), summary, findings,
-            properties=board_common.run_properties(nr) | {"work_root_fs": fs_type or ""},
+            properties=properties,
             artefacts=artefacts,
             data={"board": board.name, "board_qnn_version": version,
-                  "sdk_version": sdk_version, "library": str(library)})
+                  "sdk_version": sdk_version, "library": str(library)}), nr)

@@ -172,3 +172,35 @@ qnn-model-lib-generator -c "$4/cnn.cpp" -b "$4/cnn.bin" -o "$4/lib" \\
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory) -> StandinBuild:
     return standin_build(tmp_path_factory.mktemp("standin"))
+
+
+def with_output_encodings(library: Path, net_json: Path, dest: Path) -> Path:
+    """A copy of a stand-in model library whose payload also carries each output's
+    type and encoding from the converter's _net.json, as a real library holds them
+    (the stand-in converter's sidecar does not pass them on yet)."""
+    import json
+    import struct
+
+    from fixtures.qairt_standin.elf import PAYLOAD_MAGIC, read_standin_payload
+    from qnn_ci.tables import QNN_DATATYPE_BY_CODE
+
+    payload = read_standin_payload(library)
+    tensors = json.loads(net_json.read_text())["graph"]["tensors"]
+    for out in payload["outputs"]:
+        t = tensors[out["sanitized"]]
+        so = t["quant_params"]["scale_offset"]
+        out["encoding"] = {"data_type": QNN_DATATYPE_BY_CODE[t["data_type"]],
+                           "scale": so["scale"], "offset": so["offset"]}
+    data = library.read_bytes()
+    blob = json.dumps(payload, sort_keys=True).encode()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(data[: data.rfind(PAYLOAD_MAGIC)] + PAYLOAD_MAGIC
+                     + struct.pack("<Q", len(blob)) + blob)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def native_library(built: StandinBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CNN library carrying its outputs' native types (UFIXED_POINT_16 here)."""
+    return with_output_encodings(built.library, built.net_json,
+                                 tmp_path_factory.mktemp("native") / "libcnn.so")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fixtures.qairt_standin.net_run import make_board, set_faults
 from fixtures.sshd import free_port
+from qnn_ci.pipeline import NO_CACHE
 from qnn_ci.results import Severity, StageResult, Status
 from qnn_ci.spec import ExportSpec, TargetSpec, Thresholds
 from qnn_ci.stage import Environment, StageContext
@@ -256,6 +260,7 @@ def test_board_soc_must_match_the_export_target(built: StandinBuild, board: Boar
         assert result.summary.startswith("board standin is a QCS6490 but export cnn targets "
                                          "SM8550 (target.soc): ")
         assert "\n" not in result.summary
+    assert NO_CACHE not in so.data                  # the same settings fail the same way
     assert not list((env.workdir / "cnn" / "so_load").iterdir())    # never reached the board
     assert sorted(p.name for p in board.work_root.iterdir()) == ["keep-me"]
     alias = SoLoadStage().run(_ctx(_export(built, tmp_path, soc="qcm6490"), env, "so_load", up))
@@ -280,3 +285,68 @@ def test_htp_vs_cpu_reads_the_unconfirmed_output_layouts(built: StandinBuild, bo
     # the layout transpose found the file: the CPU backend matches fp32 exactly
     assert [v for k, v in res.properties.items()
             if k.startswith("cpu_vs_fp32.") and "map_0" in k] == [pytest.approx(1.0, abs=1e-6)]
+
+
+def test_native_outputs_are_read_in_their_type_and_dequantized(
+        built: StandinBuild, board: Board, native_library: Path, tmp_path: Path) -> None:
+    """native_outputs: qnn-net-run writes UFIXED_POINT_16 codes (the types in the
+    converter's _net.json); they are read as uint16, dequantized with the output's
+    scale/offset, put back in ONNX order and compared."""
+    export, env = _export(built, tmp_path, native_outputs=True), _env(board, tmp_path)
+    up = _upstream(built)
+    up["model_lib"] = replace(up["model_lib"], artefacts={"library": str(native_library)})
+    so = SoLoadStage().run(_ctx(export, env, "so_load", up))
+    assert so.status == Status.PASSED, so.failure_text()
+    assert so.properties["output_files"] == "native"
+    assert "--use_native_output_files" in Path(so.artefacts["htp_log"]).read_text()
+    res = HtpVsCpuStage().run(_ctx(export, env, "htp_vs_cpu", up | {"so_load": so}))
+    assert res.status == Status.PASSED, res.failure_text()
+    tensors = json.loads(built.net_json.read_text())["graph"]["tensors"]
+    enc = {n: tensors[n]["quant_params"]["scale_offset"] for n in ("logits", "feat_map_0")}
+    assert res.properties["native_types"] == (
+        f"feat/map:0 UFIXED_POINT_16 (scale {enc['feat_map_0']['scale']:g}, offset "
+        f"{enc['feat_map_0']['offset']}), logits UFIXED_POINT_16 (scale "
+        f"{enc['logits']['scale']:g}, offset {enc['logits']['offset']})")
+    assert 0.999 < res.properties["htp_vs_cpu.logits.cosine"] < 1.0
+    assert res.properties["cpu_vs_fp32.feat_map_0.cosine"] > 0.99999
+    # float CPU graph, quantized only where it writes its UFIXED_16 outputs: still float
+    assert res.properties["cpu_backend"] == "float"
+    # the float files compared are exactly (q + offset) * scale of the board's codes
+    for backend in ("cpu", "htp"):
+        rdir = Path(res.artefacts[f"{backend}_outputs"]) / "Result_1"
+        codes = np.fromfile(rdir / "logits_native.raw", "<u2")
+        assert codes.size == 10 and codes.max() > 1000
+        real = ((codes.astype(np.float64) + enc["logits"]["offset"])
+                * enc["logits"]["scale"]).astype(np.float32)
+        assert np.array_equal(np.fromfile(rdir / "logits.raw", np.float32), real)
+    # and they agree with fp32 onnxruntime to within the output's quantization step
+    truth = np.fromfile(tmp_path / "qnn-ci-work/cnn/htp_vs_cpu/out_fp32/Result_1/logits.raw",
+                        np.float32)
+    cpu = np.fromfile(Path(res.artefacts["cpu_outputs"]) / "Result_1/logits.raw", np.float32)
+    assert np.abs(cpu - truth).max() <= enc["logits"]["scale"]
+
+
+def test_native_outputs_need_the_converter_net_json(built: StandinBuild, board: Board,
+                                                    native_library: Path,
+                                                    tmp_path: Path) -> None:
+    export, env = _export(built, tmp_path, native_outputs=True), _env(board, tmp_path)
+    up = _upstream(built, net_json=False)
+    so = SoLoadStage().run(_ctx(export, env, "so_load", up))
+    assert so.status == Status.FAILED and _errors(so) == ["board.native_type"]
+    assert so.summary.startswith("native_outputs: the converter's _net.json is missing")
+
+
+def test_failures_that_may_not_repeat_are_never_cached(built: StandinBuild, board: Board,
+                                                       tmp_path: Path) -> None:
+    """A hung qnn-net-run killed by the timeout, or an unreachable board: the results
+    carry data[NO_CACHE], so even a stage that caches failures would not reuse them."""
+    set_faults(board.folder, {"hang": "htp"})
+    quick = board.with_config(timeout_s=2.0)
+    export, up = _export(built, tmp_path), _upstream(built)
+    so = SoLoadStage().run(_ctx(export, _env(quick, tmp_path), "so_load", up))
+    assert so.status == Status.FAILED and _errors(so) == ["board.timeout"]
+    assert so.data[NO_CACHE] is True
+    assert board.server.remote_pids() == []             # the hung tool was killed
+    dead = board.with_config(port=free_port(), retries=0)
+    gone = SoLoadStage().run(_ctx(export, _env(dead, tmp_path / "b"), "so_load", up))
+    assert _errors(gone) == ["board.unreachable"] and gone.data[NO_CACHE] is True
