@@ -15,9 +15,9 @@ from qnn_ci.transport.base import Transport
 
 log = logging.getLogger(__name__)
 
-# `QNN_SDK_VERSION=<v>` is what the libraries built by qnn-ci's stand-in carry;
-# real libraries carry build tags such as `v2.31.0.250130151446_114721`.
-GREP_PATTERN = r"QNN_SDK_VERSION=[0-9A-Za-z._-]+|v2\.[0-9]+\.[0-9]+(\.[0-9]+)?(_[0-9]+)?"
+# QNN libraries carry their release as a build tag such as
+# `v2.31.0.250130151446_114721` (generated model sources: `qaisw-v2.31.0...`).
+GREP_PATTERN = r"(qaisw-)?v2\.[0-9]+\.[0-9]+(\.[0-9]+)?(_[0-9]+)?"
 _TRIPLE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 
@@ -37,8 +37,9 @@ def version_triple(text: str | None) -> tuple[int, int, int] | None:
 
 
 def _pick(lines: list[str]) -> str | None:
-    tagged = [ln for ln in lines if ln.startswith("QNN_SDK_VERSION=")]
-    for ln in tagged + [ln for ln in lines if ln not in tagged]:
+    """The first full build tag (with its build number), else the first version."""
+    full = [ln for ln in lines if "_" in ln or ln.count(".") >= 3]
+    for ln in full + [ln for ln in lines if ln not in full]:
         if version_triple(ln):
             return ln
     return None

@@ -184,7 +184,7 @@ def test_backend_libraries_for_a_board_folder(sdk: Path) -> None:
     for name in ("libQnnCpu.so", "libQnnHtp.so"):
         lib = sdk / "lib/aarch64-oe-linux-gcc11.2" / name
         assert read_elf_machine(lib) == (2, 1, 3, 183)
-        assert b"QNN_SDK_VERSION=2.31.0" in lib.read_bytes()
+        assert b"v2.31.0.250130151446_114721" in lib.read_bytes()
     assert "version: 2.31.0.250130\n" in (sdk / "sdk.yaml").read_text()
 
 
