@@ -112,6 +112,20 @@ def native_types(net_json: Path, outputs: Iterable[str]
     return types, findings
 
 
+def quant_steps(net_json: Path | None, outputs: Iterable[str]) -> dict[str, float]:
+    """{graph output name: its quantization step (scale)} for the outputs the
+    converter quantized with one scale/offset; the comparison needs it to tell a
+    near-zero reference from a real signal. Empty when unknown."""
+    if net_json is None or not Path(net_json).is_file():
+        return {}
+    try:
+        types, _ = native_types(Path(net_json), outputs)
+    except Exception as exc:  # an unreadable _net.json is reported by other stages
+        log.info("no quantization steps from %s: %s", net_json, exc)
+        return {}
+    return {n: t.scale for n, t in types.items() if t.scale}
+
+
 def dequantize_file(native: Path, target: Path, t: NativeType, *,
                     chunk: int = CHUNK_ELEMENTS) -> None:
     """Write ``target`` as float32 from the native file, ``chunk`` elements at a time."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.boards.layout import board_inputs, board_layout, outputs_to_onnx_order
-from qnn_ci.boards.native_outputs import NativeType, dequantize_outputs
+from qnn_ci.boards.native_outputs import NativeType, dequantize_outputs, quant_steps
 from qnn_ci.boards.netrun import run_on_board, select_samples
 from qnn_ci.boards.reference import write_reference_outputs
 from qnn_ci.boards.result_files import ExpectedOutput
@@ -142,11 +142,16 @@ class HtpVsCpuStage(Stage):
                                                 inputs, ctx.workdir / "out_fp32")
             cpu, htp = load_output_set(cpu_dir), load_output_set(htp_dir)
             truth = load_output_set(truth_dir)
-            comp = compare_sets(cpu, htp, export.thresholds, expected=expected)
+            # Each output's quantization step tells a near-zero reference from a
+            # small real signal.
+            steps = quant_steps(Path(net_json) if net_json else None, out_shapes)
+            comp = compare_sets(cpu, htp, export.thresholds, expected=expected,
+                                quant_steps=steps)
             findings += _labelled(comp.findings, "HTP vs CPU backend")
-            vs_truth = {"cpu": compare_sets(truth, cpu, export.thresholds, expected=expected),
+            vs_truth = {"cpu": compare_sets(truth, cpu, export.thresholds, expected=expected,
+                                            quant_steps=steps),
                         "htp": compare_sets(truth, htp, Thresholds(default={}),
-                                            expected=expected)}
+                                            expected=expected, quant_steps=steps)}
             findings += _labelled(vs_truth["cpu"].findings, "CPU backend vs fp32 onnxruntime")
             cpu_float = float_exact(vs_truth["cpu"], {
                 sanitize(n): t.scale for n, t in types.items() if t.scale is not None})

@@ -350,3 +350,18 @@ def test_failures_that_may_not_repeat_are_never_cached(built: StandinBuild, boar
     dead = board.with_config(port=free_port(), retries=0)
     gone = SoLoadStage().run(_ctx(export, _env(dead, tmp_path / "b"), "so_load", up))
     assert _errors(gone) == ["board.unreachable"] and gone.data[NO_CACHE] is True
+
+
+def test_output_quantization_steps_come_from_the_converter(built: StandinBuild) -> None:
+    """The comparison's near-zero rule needs each output's step: read from _net.json."""
+    import json
+
+    from qnn_ci.boards.native_outputs import quant_steps
+
+    outputs = [t["name"] if isinstance(t, dict) and "name" in t else n
+               for n, t in json.loads(built.net_json.read_text())["graph"]["tensors"].items()
+               if (t if isinstance(t, dict) else {}).get("type") == 1]
+    steps = quant_steps(built.net_json, outputs)
+    assert steps and set(steps) == set(outputs)
+    assert all(0 < s < 1 for s in steps.values())
+    assert quant_steps(None, outputs) == {}
