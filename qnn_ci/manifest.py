@@ -23,6 +23,7 @@ from typing import Any
 import jsonschema
 
 from qnn_ci.errors import UserError
+from qnn_ci.onnx_io import model_signature
 from qnn_ci.spec import (
     CalibrationSpec,
     ExportSpec,
@@ -152,42 +153,6 @@ def _resolve(base: Path, value: str | None) -> Path | None:
         return (Path(next(iter(spec.submodule_search_locations))) / rest).resolve()
     p = Path(value).expanduser()
     return (p if p.is_absolute() else base / p).resolve()
-
-
-@dataclass(frozen=True)
-class ModelSignature:
-    """A model's graph inputs {name: (dims, dtype)} (dims: int, or None when not a
-    fixed value) and output names, read without its weights."""
-
-    inputs: dict[str, tuple[tuple[int | None, ...] | None, str]]
-    outputs: tuple[str, ...]
-    external_data: tuple[str, ...] = ()      # external weight files, relative to the model
-
-
-@cache
-def _signature(path: Path, mtime: float) -> ModelSignature:
-    import onnx
-    from onnx import helper
-
-    model = onnx.load(str(path), load_external_data=False)
-    inits = {i.name for i in model.graph.initializer}
-    inputs: dict[str, tuple[tuple[int | None, ...] | None, str]] = {}
-    for inp in model.graph.input:
-        if inp.name in inits:
-            continue
-        tt = inp.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-                     for d in tt.shape.dim) if tt.HasField("shape") else None
-        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type).name if tt.elem_type else "?"
-        inputs[inp.name] = (dims, dtype)
-    from qnn_ci.shapes.modelio import external_files
-
-    return ModelSignature(inputs, tuple(o.name for o in model.graph.output),
-                          tuple(sorted(external_files(model))))
-
-
-def model_signature(path: Path) -> ModelSignature:
-    return _signature(path, path.stat().st_mtime)
 
 
 def _check_file(ctx: _Ctx, key_path: KeyPath, path: Path | None, what: str) -> None:

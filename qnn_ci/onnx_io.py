@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -64,3 +65,36 @@ def graph_outputs(model: onnx.ModelProto) -> list[TensorIO]:
 
 def np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
+
+
+@dataclass(frozen=True)
+class ModelSignature:
+    """A model's graph inputs {name: (dims, dtype)} (dims: int, or None when not a
+    fixed value) and output names, read without its weights."""
+
+    inputs: dict[str, tuple[tuple[int | None, ...] | None, str]]
+    outputs: tuple[str, ...]
+    external_data: tuple[str, ...] = ()      # external weight files, relative to the model
+
+
+@cache
+def _signature(path: Path, mtime: float) -> ModelSignature:
+    model = onnx.load(str(path), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    inputs: dict[str, tuple[tuple[int | None, ...] | None, str]] = {}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        tt = inp.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                     for d in tt.shape.dim) if tt.HasField("shape") else None
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type).name if tt.elem_type else "?"
+        inputs[inp.name] = (dims, dtype)
+    from qnn_ci.shapes.modelio import external_files  # the shapes package imports us
+
+    return ModelSignature(inputs, tuple(o.name for o in model.graph.output),
+                          tuple(sorted(external_files(model))))
+
+
+def model_signature(path: Path) -> ModelSignature:
+    return _signature(path, path.stat().st_mtime)

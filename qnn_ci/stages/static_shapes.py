@@ -13,7 +13,7 @@ import numpy as np
 
 from qnn_ci.cache import file_digest
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import model_signature
+from qnn_ci.onnx_io import model_signature
 from qnn_ci.results import StageResult, Status
 from qnn_ci.shapes import ShapeReport, analyse_and_pin
 from qnn_ci.spec import ExportSpec
