@@ -17,12 +17,13 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
 from qnn_ci import __version__
-from qnn_ci.cache import ResultStore, digest
+from qnn_ci.cache import ResultStore, digest, file_digest
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.spec import ExportSpec
@@ -60,7 +61,43 @@ def load_stages(names: tuple[str, ...] = STAGE_ORDER) -> dict[str, Stage]:
 # tool timed out or was killed by a signal, a crash): it is never reused.
 NO_CACHE = "no_cache"
 
-_NOT_SETTINGS = ("line", "raw", "manifest")   # where it is written is not what it asks
+# What downstream stages are keyed on: the content of a passed result's artefacts,
+# so an upstream re-run that produces the same files re-runs nothing after it.
+CONTENT = "content_digest"
+
+_NOT_SETTINGS = ("line", "raw", "manifest")
+
+
+def _artefact_content(path: Path) -> Any:
+    if path.is_file():
+        return file_digest(path)
+    if path.is_dir():
+        return {str(p.relative_to(path)): file_digest(p)
+                for p in sorted(path.rglob("*")) if p.is_file()}
+    return None
+
+
+def content_digest(result: StageResult) -> str:
+    """A digest of what a passed stage hands downstream: its artefacts' bytes (logs and
+    reports, which carry times, left out) and its data."""
+    files = {k: _artefact_content(Path(v)) for k, v in sorted(result.artefacts.items())
+             if not (k == "report" or k.endswith("log"))}
+    return digest({"artefacts": files, "data": _stable(
+        {k: v for k, v in result.data.items() if k != CONTENT})})
+
+
+def _stable(value: Any) -> Any:
+    """``value`` without timings, which differ on every run."""
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items()
+                if not (k.endswith("_s") or "duration" in k or "time" in k)}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+def _identity(result: StageResult, key: str | None) -> str | None:
+    return result.data.get(CONTENT) or key   # where it is written is not what it asks
 
 
 def export_settings(export: ExportSpec, stage: Stage) -> dict[str, Any]:
@@ -164,8 +201,10 @@ class Pipeline:
         cache_key = digest({
             "qnn_ci": __version__, "stage": stage_name, "version": stage.version,
             "export": export_settings(export, stage), "fingerprint": fingerprint,
-            "upstream": {n: self._keys.get((export_name, n)) for n in upstream},
-            "peers": {p: {n: self._keys.get((p, n)) for n in r} for p, r in peer_results.items()},
+            "upstream": {n: _identity(r, self._keys.get((export_name, n)))
+                         for n, r in upstream.items()},
+            "peers": {p: {n: _identity(res, self._keys.get((p, n))) for n, res in r.items()}
+                      for p, r in peer_results.items()},
         })
         self._keys[(export_name, stage_name)] = cache_key
         stage_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -185,6 +224,8 @@ class Pipeline:
                 self.on_start(export_name, stage_name)
             start = time.monotonic()
             result = self._run_stage(stage, ctx)
+            if result.status == Status.PASSED:
+                result.data[CONTENT] = content_digest(result)
             result.duration_s = round(time.monotonic() - start, 3)
             result.properties.setdefault("duration_s", result.duration_s)
             if result.status == Status.PASSED or (

@@ -176,6 +176,7 @@ def compare(rec: ConverterRecord, export: ExportSpec, input_list: Path | None,
 
 class ContractStage(Stage):
     name = "contract"
+    settings = ("inputs", "model", "quantization", "target")
     needs = ("convert", "calibration")
     marker = "qnn_sdk"
 

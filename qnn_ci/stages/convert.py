@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 class ConvertStage(ConverterStage):
     name = "convert"
+    settings = ("inputs", "quantization", "target", "sdk")
     # encodings applies only with quantization.overrides (the engine ignores a need
     # that is not planned): an encodings file for another model blocks the conversion.
     needs = ("static_shapes", "calibration", "encodings", "dry_run")

@@ -41,6 +41,7 @@ def _op_types(model: Path) -> dict[str, str]:
 
 class DryRunStage(ConverterStage):
     name = "dry_run"
+    settings = ("inputs", "quantization", "target", "sdk")
     needs = ("static_shapes",)
 
     def run(self, ctx: StageContext) -> StageResult:

@@ -40,6 +40,7 @@ def _names(names: list[str]) -> str:
 
 class EncodingsStage(Stage):
     name = "encodings"
+    settings = ("model", "quantization", "target")
     needs = ("static_shapes",)
     marker = None
 

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 class Fp16GateStage(Stage):
     name = "fp16_gate"
+    settings = ("target",)
     needs = ("convert",)
     marker = "qnn_sdk"
 

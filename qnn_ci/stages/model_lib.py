@@ -31,6 +31,7 @@ TOOLS = (CONVERTER, LIB_GENERATOR)
 
 class ModelLibStage(Stage):
     name = "model_lib"
+    settings = ("board", "target", "sdk")
     needs = ("convert",)
     marker = "qnn_sdk"
 

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 class SimNpuStage(SimStage):
     name = "sim_npu"
+    settings = ("quantization", "target")
     needs = ("static_shapes", "calibration")
     version = 1
 

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 class SimNumericsStage(SimStage):
     name = "sim_numerics"
+    settings = ("target", "thresholds", "sim")
     needs = ("sim_npu", "calibration")
     version = 1
 

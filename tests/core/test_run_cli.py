@@ -4,6 +4,7 @@ starts no SDK tool."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -210,3 +211,27 @@ def test_unwritable_paths_are_one_line_errors(tmp_path: Path,
                  str(blocker / "x.onnx")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0]
+
+
+def test_edits_rerun_only_the_stages_they_affect(tmp_path: Path, sdk_env: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = project(tmp_path)
+    args = ["run", str(manifest), "--workdir", str(tmp_path / "w"), "--export", "a",
+            "--stage", "model_lib", "--stage", "contract", "--json"]
+
+    def statuses() -> dict[str, bool]:
+        assert main(args) == 0
+        return {r["stage"]: r["cached"] for r in json.loads(capsys.readouterr().out)}
+
+    assert not any(statuses().values())
+    # A threshold is read by no stage run here: everything is reused.
+    manifest.write_text(manifest.read_text().replace(
+        "  inputs: {x: {shape: [1, 8]}}", "  inputs: {x: {shape: [1, 8]}}\n"
+        "  thresholds: {cosine: 0.95}"))
+    assert all(statuses().values())
+    # A comment in the generator re-runs calibration; its output is byte-identical,
+    # so nothing downstream re-runs.
+    (tmp_path / "gens.py").write_text(GEN + "\n# a comment\n")
+    cached = statuses()
+    assert not cached["calibration"]
+    assert cached["convert"] and cached["model_lib"] and cached["contract"]
