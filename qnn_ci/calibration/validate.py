@@ -86,7 +86,16 @@ class SyntheticCheck:
         else:
             seen[digest] = where
 
+    def non_finite(self, name: str, where: str, array: np.ndarray) -> None:
+        """NaN or Inf in a float input: broken data, an error wherever it comes from."""
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+            self.findings.append(Finding(
+                "inputs.non_finite", f"{where}: {name} has {bad} NaN/Inf value(s) of "
+                f"{array.size}", Severity.ERROR, name))
+
     def add_array(self, name: str, where: str, array: np.ndarray) -> None:
+        self.non_finite(name, where, array)
         if array.size <= 1:
             return  # scalars (a sample rate, a flag) legitimately repeat
         data = np.ascontiguousarray(array)
@@ -161,6 +170,9 @@ def validate_input_list(path: Path, inputs: list[TensorIO],
                      f"({'x'.join(map(str, shapes[name])) or 'scalar'} {dtype.name})"
                      f"{_dtype_hint(size, numel, dtype)}", line.lineno, name)
                 continue
+            if dtype.kind == "f":
+                synthetic.non_finite(name, f"line {line.lineno}",
+                                     np.fromfile(p, dtype=dtype.newbyteorder("<")))
             if numel <= 1:
                 continue  # scalars (a sample rate, a flag) legitimately repeat
             digest, zero = _digest_and_zero(p)

@@ -116,7 +116,8 @@ class CalibrationStage(Stage):
             artefacts["held_out_list"] = str(held_list)
         # Signs of synthetic data: one sample is a warning (a constant mask can be
         # real); every sample zero, or all identical, is an error.
-        findings += [Finding(f.check, f.message, Severity.WARNING, f.subject)
+        findings += [f if f.check == "inputs.non_finite" else
+                     Finding(f.check, f.message, Severity.WARNING, f.subject)
                      for f in synthetic.findings] + synthetic.degenerate()
         status = Status.FAILED if any(f.severity == Severity.ERROR for f in findings) \
             else Status.PASSED
@@ -140,9 +141,11 @@ class CalibrationStage(Stage):
         report = validate_input_list(path, ios, {e.name: e.shape for e in expected})
         findings += [Finding(f.check, f.message, Severity.WARNING, f.subject)
                      for f in report.findings if f.check in SYNTHETIC_SIGNS]
-        findings += [f for f in report.findings if f.check.startswith("inputs.all_samples_")]
+        findings += [f for f in report.findings if f.check.startswith("inputs.all_samples_")
+                     or f.check == "inputs.non_finite"]
         errors = [f for f in report.findings if f.check not in SYNTHETIC_SIGNS
-                  and not f.check.startswith("inputs.all_samples_")]
+                  and not f.check.startswith("inputs.all_samples_")
+                  and f.check != "inputs.non_finite"]
         if errors:
             raise UserError(f"input list does not fit the model: {errors[0].message}"
                             + (f" (+{len(errors) - 1} more; run `qnn-ci inputs validate`)"

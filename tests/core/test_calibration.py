@@ -41,6 +41,14 @@ def one_zero(count):
         x = rng.normal(size=(1, 4)).astype(np.float32)
         yield {"x": x * 0 if i == 1 else x}
 
+def nans(count):
+    rng = np.random.default_rng(6)
+    for i in range(count):
+        x = rng.normal(size=(1, 4)).astype(np.float32)
+        if i == 2:
+            x[0, 1], x[0, 3] = np.nan, np.inf
+        yield {"x": x}
+
 def raises(count):
     yield {"x": np.ones((1, 4), np.float32)}
     raise ValueError("no data here")
@@ -263,3 +271,18 @@ def test_synthetic_data_one_sample_warns_every_sample_fails(tmp_path: Path) -> N
     assert fake.status == Status.FAILED
     assert [f.check for f in fake.errors()] == ["inputs.all_samples_zero"]
     assert "every one of the 4 sample(s) of input 'x' is all zeros" in fake.failure_text()
+
+
+def test_nan_or_inf_in_calibration_data_fails_at_the_source(tmp_path: Path) -> None:
+    scale_model(tmp_path / "m.onnx", dims=["N", 4])
+    p = setup(tmp_path, """
+        exports:
+          - name: a
+            model: m.onnx
+            inputs: {x: {shape: [1, 4]}}
+            calibration: {generator: "gens:nans", samples: 4, held_out: 0}
+        """)
+    r = p.result("a", "calibration")
+    assert r.status == Status.FAILED
+    (f,) = r.errors()
+    assert f.check == "inputs.non_finite" and f.message == "sample 2: x has 2 NaN/Inf value(s) of 4"

@@ -98,3 +98,16 @@ def test_bad_input_exits_2(tmp_path: Path, two: Path, capsys: pytest.CaptureFixt
     bad.write_bytes(b"not a model")
     assert main(["inputs", "validate", str(tmp_path / "none.txt"), "--model", str(bad)]) == 2
     assert "cannot read ONNX model" in capsys.readouterr().err
+
+
+def test_nan_values_are_flagged(tmp_path: Path, two: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    x = np.array([[1.0, np.nan, 2.0, 3.0]], np.float32)
+    xp = raw(tmp_path, "x.raw", x)
+    ids = raw(tmp_path, "ids.raw", np.arange(4, dtype=np.int64))
+    lst = tmp_path / "l.txt"
+    lst.write_text(f"x:={xp} ids:={ids}\n")
+    code, out = run_json(capsys, str(lst), "--model", str(two))
+    assert code == 1
+    assert [f["check"] for f in out["findings"]] == ["inputs.non_finite"]
+    assert out["findings"][0]["message"] == "line 1: x has 1 NaN/Inf value(s) of 4"
