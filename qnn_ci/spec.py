@@ -30,7 +30,8 @@ class CalibrationSpec:
     generator: str | None = None           # "package.module:function"
     from_export: str | None = None         # outputs of another export in the manifest
     name_map: dict[str, str] = field(default_factory=dict)  # upstream output -> this input
-    held_out: int = 4                      # samples kept back for numeric checks
+    held_out: int | None = None            # samples kept back for numeric checks
+    #                                        (None: 4 from a generator, 0 from a list)
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from qnn_ci.calibration.validate import SYNTHETIC_SIGNS, SyntheticCheck, validat
 from qnn_ci.errors import UserError
 from qnn_ci.onnx_io import TensorIO
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec
+from qnn_ci.spec import CalibrationSpec, ExportSpec
 from qnn_ci.stage import Stage, StageContext
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GENERATED_SAMPLES = 100
+DEFAULT_GENERATED_HELD_OUT = 4
 
 
 def expected_inputs(ctx: StageContext) -> list[Expected]:
@@ -81,7 +82,8 @@ class CalibrationStage(Stage):
             samples = self._from_list(c.input_list, expected, raw_dir, findings)
             source = f"input list {c.input_list}"
         elif c.generator:
-            total = (c.samples or DEFAULT_GENERATED_SAMPLES) + c.held_out
+            held_req = DEFAULT_GENERATED_HELD_OUT if c.held_out is None else c.held_out
+            total = (c.samples or DEFAULT_GENERATED_SAMPLES) + held_req
             samples = []
             for i, s in enumerate(generate(c.generator, export.manifest.parent, total,
                                            key=f"exports.{export.name}.calibration.generator")):
@@ -99,13 +101,10 @@ class CalibrationStage(Stage):
         if not samples:
             raise UserError(f"{source} gave no samples",
                             key=f"exports.{export.name}.calibration")
-        n_cal = len(samples)
-        if c.samples and len(samples) > c.samples:
-            n_cal = c.samples
-        elif c.generator and len(samples) > c.held_out:
-            n_cal = len(samples) - c.held_out
-        elif c.from_export:
+        if c.from_export:
             n_cal = min(n_upstream, len(samples))
+        else:
+            n_cal = self._split(c, len(samples), findings)
         cal, held = samples[:n_cal], samples[n_cal:]
         input_list = ctx.workdir / "input_list.txt"
         write_input_list(input_list, cal, names)
@@ -121,8 +120,8 @@ class CalibrationStage(Stage):
                      for f in synthetic.findings] + synthetic.degenerate()
         status = Status.FAILED if any(f.severity == Severity.ERROR for f in findings) \
             else Status.PASSED
-        summary = f"{len(cal)} calibration samples" + (f" + {len(held)} held out" if held
-                                                       else "") + f" from {source}"
+        summary = (f"{len(cal)} calibration sample{'s' if len(cal) != 1 else ''}"
+                   + (f" + {len(held)} held out" if held else "") + f" from {source}")
         warn = sum(f.severity == Severity.WARNING for f in findings)
         if warn:
             summary += f"; {warn} warning(s)"
@@ -133,6 +132,23 @@ class CalibrationStage(Stage):
             data={"samples": len(cal), "held_out": len(held),
                   "inputs": {e.name: {"dtype": e.dtype, "shape": list(e.shape)}
                              for e in expected}})
+
+    def _split(self, c: CalibrationSpec, n: int, findings: list[Finding]) -> int:
+        """How many of ``n`` samples calibrate; the rest are held out. Asked-for counts
+        that the source cannot give are said, never silently shortened."""
+        default_held = DEFAULT_GENERATED_HELD_OUT if c.generator else 0
+        held = default_held if c.held_out is None else c.held_out
+        want = (c.samples or (DEFAULT_GENERATED_SAMPLES if c.generator else n - held)) + held
+        if n < want:
+            findings.append(Finding(
+                "calibration.short", f"the {'generator' if c.generator else 'input list'} "
+                f"gave {n} sample(s), {want} were asked for (samples + held_out)",
+                Severity.WARNING))
+        if n <= held:
+            raise UserError(f"{n} sample(s) cannot give {held} held out and still "
+                            "calibrate: lower calibration.held_out or add samples",
+                            key="calibration.held_out")
+        return min(c.samples or n, n - held)
 
     def _from_list(self, path: Path, expected: list[Expected], raw_dir: Path,
                    findings: list[Finding]) -> list[dict[str, Path]]:

@@ -286,3 +286,45 @@ def test_nan_or_inf_in_calibration_data_fails_at_the_source(tmp_path: Path) -> N
     assert r.status == Status.FAILED
     (f,) = r.errors()
     assert f.check == "inputs.non_finite" and f.message == "sample 2: x has 2 NaN/Inf value(s) of 4"
+
+
+def test_held_out_from_an_input_list_and_a_short_generator(tmp_path: Path) -> None:
+    two_input_model(tmp_path / "two.onnx")
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(4):
+        rng.normal(size=(1, 4)).astype(np.float32).tofile(tmp_path / f"x{i}.raw")
+        np.arange(i, i + 4, dtype=np.int64).tofile(tmp_path / f"ids{i}.raw")
+        lines.append(f"x:={tmp_path}/x{i}.raw ids:={tmp_path}/ids{i}.raw")
+    (tmp_path / "list.txt").write_text("\n".join(lines))
+    scale_model(tmp_path / "m.onnx", dims=["N", 4])
+    (tmp_path / "few.py").write_text(
+        "import numpy as np\n"
+        "def gen(count):\n"
+        "    for i in range(3):\n"
+        "        yield {'x': np.full((1, 4), i + 1, np.float32)}\n")
+    p = setup(tmp_path, """
+        exports:
+          - name: listed
+            model: two.onnx
+            calibration: {input_list: list.txt, held_out: 1}
+          - name: short
+            model: m.onnx
+            inputs: {x: {shape: [1, 4]}}
+            calibration: {generator: "few:gen", samples: 10, held_out: 2}
+          - name: too_short
+            model: m.onnx
+            inputs: {x: {shape: [1, 4]}}
+            calibration: {generator: "few:gen", samples: 10, held_out: 3}
+        """)
+    listed = p.result("listed", "calibration")
+    assert (listed.data["samples"], listed.data["held_out"]) == (3, 1)
+    short = p.result("short", "calibration")
+    assert short.status == Status.PASSED
+    assert (short.data["samples"], short.data["held_out"]) == (1, 2)
+    (warn,) = [f for f in short.findings if f.check == "calibration.short"]
+    assert warn.message == "the generator gave 3 sample(s), 12 were asked for " \
+        "(samples + held_out)"
+    too_short = p.result("too_short", "calibration")
+    assert too_short.status == Status.ERROR
+    assert "3 sample(s) cannot give 3 held out" in too_short.summary
