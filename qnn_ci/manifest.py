@@ -108,6 +108,13 @@ def _describe_schema_error(err: jsonschema.ValidationError) -> tuple[KeyPath, st
         want = err.validator_value
         want = " or ".join(want) if isinstance(want, list) else want
         return path, f"expected {want}, got {type(err.instance).__name__} {err.instance!r}"
+    if err.validator == "pattern":
+        if path and path[-1] == "generator":
+            return path, (f"{err.instance!r} is not a generator reference: write "
+                          "package.module:function (e.g. calib.samples:batches)")
+        if path and path[-1] == "name":
+            return path, (f"export name {err.instance!r} may use letters, digits, '_', '.' "
+                          "and '-', starting with a letter or digit")
     if err.validator == "enum":
         return path, f"{err.instance!r} is not one of {err.validator_value}"
     if err.validator == "oneOf" and path and path[-1] == "from":

@@ -20,7 +20,7 @@ import pytest
 
 from qnn_ci.errors import UserError
 from qnn_ci.manifest import MANIFEST_NAMES
-from qnn_ci.pipeline import Pipeline
+from qnn_ci.pipeline import STAGE_ORDER, Pipeline
 from qnn_ci.report.junit import property_value
 from qnn_ci.report.summary import Row, annotations, markdown_summary, terminal_table
 from qnn_ci.results import Finding, Severity, StageResult, Status
@@ -270,6 +270,9 @@ class _Reporter:
             res = StageResult(p["qnn.stage"], status, p.get("qnn.summary", ""),
                               findings=findings, cached=bool(p.get("qnn.cached")))
             rows.append(Row(Path(p["qnn.manifest"]), p["qnn.export"], int(p["qnn.line"]), res))
+        # Workers finish in any order: show manifests, exports and stages in order.
+        order = {name: i for i, name in enumerate(("manifest", *STAGE_ORDER))}
+        rows.sort(key=lambda r: (str(r.manifest), r.line, order.get(r.result.stage, 99)))
         return rows
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -97,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
 def _run_all(opened: list[Opened], args: argparse.Namespace, rows: list[Row],
              writer: JUnitWriter | None) -> None:
     only = set(args.stage) or None
-    # Progress on stderr for people watching (a stage can take minutes); CI logs get
-    # the same with -v through logging.
-    progress = sys.stderr.isatty() and not log.isEnabledFor(logging.INFO)
+    # Progress on stderr (a stage can take minutes): each stage as it ends, and on a
+    # terminal also as it starts. With -v, logging says the same.
+    quiet = log.isEnabledFor(logging.INFO)
+    progress = not quiet
+    starts = sys.stderr.isatty() and not quiet
     for o in opened:
         selected = set(o.selected)
 
@@ -116,7 +118,7 @@ def _run_all(opened: list[Opened], args: argparse.Namespace, rows: list[Row],
                 writer.add(testcase(o.manifest.path, ev.export, export.line, ev.result))
 
         def started(export: str, stage: str) -> None:
-            if progress:
+            if starts:
                 print(f"  {export}::{stage}: running ...", file=sys.stderr, flush=True)
 
         o.pipeline.on_result = record

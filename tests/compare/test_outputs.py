@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +11,7 @@ import pytest
 from qnn_ci.compare.outputs import load_output_set, match_names, parse_shape, sanitize
 from qnn_ci.errors import UserError
 from tests.compare.conftest import make_net_run, write_raw
-
-REAL_OUTPUTS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "real-outputs"
+from tests.conftest import REAL_OUTPUTS
 
 
 @pytest.mark.parametrize(("name", "want"), [

@@ -177,6 +177,17 @@ def test_pkg_paths_name_files_in_installed_packages(tmp_path: Path, cls_model: P
      exports:
        - name: a
          model: m.onnx
+         calibration: {generator: samples}
+     """, 4, "exports[0].calibration.generator", "write package.module:function"),
+    ("""
+     exports:
+       - name: a b
+         model: m.onnx
+     """, 2, "exports[0].name", "export name 'a b' may use letters"),
+    ("""
+     exports:
+       - name: a
+         model: m.onnx
          calibration: {generator: "nomodule_here:f"}
      """, 4, "exports[0].calibration.generator", "no module 'nomodule_here' in the manifest's"),
     ("""

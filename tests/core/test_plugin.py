@@ -112,8 +112,9 @@ def test_github_job_summary_and_annotations(project: pytest.Pytester,
     assert "::error file=qnn-ci.yaml,line=11,title=bad%3A%3Acalibration::" in out
     md = summary.read_text()
     assert md.index("### bad") < md.index("### a")   # failures first
-    assert "| `calibration` | ❌ error |" in md or "| `calibration` | ❌ failed |" in md \
-        or "⛔" in md
+    bad = md[md.index("### bad"):md.index("### a")]
+    assert "| `calibration` | ⛔ error | " in bad      # bad input: the generator's dtype
+    assert "expected dtype float32, got float64" in bad
     assert "| `static_shapes` | ✅ passed |" in md
 
 

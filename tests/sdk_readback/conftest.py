@@ -6,7 +6,6 @@ dumped by onnxruntime-qnn."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qnn_ci.results import StageResult, Status
 from qnn_ci.spec import ExportSpec, QuantizationSpec, TargetSpec
 from qnn_ci.stage import Environment, StageContext
-
-REAL_OUTPUTS = Path(os.environ.get("QNN_CI_REAL_OUTPUTS", "/work/shared/reference/real-outputs"))
+from tests.conftest import REAL_OUTPUTS
 
 
 def real_file(name: str) -> Path:

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from fixtures.qairt_standin import HOST_BIN, make_esdk, make_sdk
 
 REPO = Path(__file__).resolve().parents[2]
-REAL_OUTPUTS = REPO.parent / "shared" / "reference" / "real-outputs"
+from tests.conftest import REAL_OUTPUTS  # noqa: E402
 
 # Written from the formats page (section 1), independent of the stand-in's code.
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - \d+ - (INFO|WARNING|ERROR|DEBUG)"
