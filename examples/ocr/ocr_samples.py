@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterator
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 WORDS = ("invoice total amount paid receipt order number customer address street city "
          "phone date time quantity price tax discount balance account reference item "
@@ -33,7 +33,12 @@ def _render(rng: random.Random) -> Image.Image:
     ImageDraw.Draw(img).text((pad - left, pad - top), text, font=font, fill=ink)
     if rng.random() < 0.5:
         img = img.rotate(180)
-    return img
+    # Scanned, not typeset: a little blur and sensor noise.
+    img = img.filter(ImageFilter.GaussianBlur(radius=rng.uniform(0.0, 1.5)))
+    noise = np.random.default_rng(rng.randrange(1 << 30)).normal(0, rng.uniform(2, 14),
+                                                                 (img.size[1], img.size[0], 3))
+    arr = np.clip(np.asarray(img, dtype=np.float32) + noise, 0, 255).astype(np.uint8)
+    return Image.fromarray(arr)
 
 
 def _preprocess(img: Image.Image) -> np.ndarray:
