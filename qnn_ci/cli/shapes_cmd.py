@@ -107,6 +107,9 @@ def parse_opset(value: str | None) -> int | None:
     return int(value)
 
 
+FINDINGS_PER_CHECK = 3
+
+
 def _io_line(io: TensorShapeInfo) -> str:
     return f"  {io.name}: {io.dtype} {format_dims(io.dims)} -> {format_dims(io.pinned)}"
 
@@ -134,14 +137,27 @@ def print_text(report: ShapeReport, verbose: int) -> None:
                            ("no shape", report.unshaped_tensors)):
         if tensors:
             print(f"{title} ({len(tensors)}):")
-            for t in tensors:
+            shown = tensors if verbose else tensors[:FILLED_SHOWN]
+            for t in shown:
                 dims = f" {format_dims(t.dims)}" if t.dims is not None else ""
                 print(f"  {t.name}{dims} [{t.graph}; from {t.producer}, {t.op_type}]")
+            if len(shown) < len(tensors):
+                print(f"  ... and {len(tensors) - len(shown)} more (-v lists all; --json "
+                      "has every one)")
     listed = {"shapes.dynamic", "shapes.unshaped"}
-    for f in report.findings:
-        if f.check in listed or (f.severity == Severity.INFO and not verbose):
-            continue
-        print(f"{f.severity}: [{f.check}] {f.message}")
+    shown_findings = [f for f in report.findings
+                      if f.check not in listed and (f.severity != Severity.INFO or verbose)]
+    # What to do first: unpinned inputs lead, then errors, then warnings.
+    shown_findings.sort(key=lambda f: (f.check != "shapes.input",
+                                       f.severity != Severity.ERROR))
+    repeats: dict[str, int] = {}
+    for f in shown_findings:
+        repeats[f.check] = repeats.get(f.check, 0) + 1
+        if repeats[f.check] <= FINDINGS_PER_CHECK or verbose:
+            print(f"{f.severity}: [{f.check}] {f.message}")
+    for check, n in repeats.items():
+        if n > FINDINGS_PER_CHECK and not verbose:
+            print(f"  ... and {n - FINDINGS_PER_CHECK} more [{check}] (-v lists all)")
     if report.output_model:
         print(f"wrote {report.output_model}")
     print(report.summary())
