@@ -94,7 +94,9 @@ class Comparison:
     def summary_line(self) -> str:
         n_errors = len(self.errors())
         tail = f"; {n_errors} error{'s' if n_errors != 1 else ''}" if n_errors else ""
-        for metric in ("cosine", "snr", "max_abs"):
+        # Headline the metric that failed, if one did; else the usual order.
+        failed = [m for o in self.outputs for smp in o.samples for m in smp.failed]
+        for metric in dict.fromkeys([*failed, "cosine", "snr", "max_abs"]):
             w = self.worst(metric)
             if w is not None:
                 value = f"{w[0]:.6f}" if metric == "cosine" else f"{w[0]:.4g}"

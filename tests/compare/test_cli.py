@@ -144,3 +144,19 @@ def test_installed_entry_point_runs(sets):
                           cwd=Path(__file__).resolve().parents[2], check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["passed"] is True
+
+
+def test_summary_headlines_the_metric_that_failed(tmp_path, capsys) -> None:
+    import numpy as np
+
+    from qnn_ci.cli import main
+
+    np.arange(10, dtype=np.float32).tofile(tmp_path / "a.raw")
+    (np.arange(10, dtype=np.float32) + 0.01).tofile(tmp_path / "b.raw")
+    code = main(["compare", str(tmp_path / "a.raw"), str(tmp_path / "b.raw"), "--dtype",
+                 "float32", "-t", "max_abs=1e-9", "--json"])
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert out["summary"].startswith("worst max_abs 0.01")
