@@ -53,10 +53,11 @@ class ResultStore:
 
     FILE = "result.json"
 
-    def load(self, stage_dir: Path, key: str, *, run_token: str | None = None
-             ) -> StageResult | None:
+    def load(self, stage_dir: Path, key: str, *, run_token: str | None = None,
+             this_run: str = "") -> StageResult | None:
         """The stored result if its key matches; with ``run_token``, only one made by
-        that run (``--qnn-no-cache`` under xdist: computed once per run, not reused)."""
+        that run (``--qnn-no-cache`` under xdist: computed once per run, not reused).
+        A result another worker of ``this_run`` just made is not called cached."""
         path = stage_dir / self.FILE
         try:
             payload = json.loads(path.read_text("utf-8"))
@@ -70,7 +71,7 @@ class ResultStore:
         missing = [p for p in result.artefacts.values() if not Path(p).exists()]
         if missing:
             return None
-        result.cached = True
+        result.cached = not (this_run and payload.get("run_token") == this_run)
         return result
 
     def save(self, stage_dir: Path, key: str, result: StageResult, *,

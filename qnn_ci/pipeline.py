@@ -212,7 +212,8 @@ class Pipeline:
             if self.env.use_cache or self.env.run_token:
                 cached = self.store.load(
                     stage_dir, cache_key,
-                    run_token=None if self.env.use_cache else self.env.run_token)
+                    run_token=None if self.env.use_cache else self.env.run_token,
+                    this_run=self.env.run_token)
                 if cached is not None:
                     log.info("%s::%s: cached (%s)", export_name, stage_name, cached.status)
                     return cached

@@ -123,12 +123,15 @@ def test_xdist_runs_each_stage_once(project: pytest.Pytester) -> None:
     res = project.runpytest_subprocess("-n", "2", "-m", host, "--qnn-no-cache",
                                        "--qnn-export", "a", "--qnn-export", "b")
     res.assert_outcomes(passed=4)
-    # Both exports' calibration ran once each, though two workers ran items.
+    # Both exports' calibration ran once each, though two workers ran items; a result
+    # one worker made for another in this run is not called cached.
     assert (project.path / "gen.log").read_text().count("called") == 2
+    assert "(cached)" not in res.stdout.str()
     res = project.runpytest_subprocess("-n", "2", "-m", host,
                                        "--qnn-export", "a", "--qnn-export", "b")
     res.assert_outcomes(passed=4)
     assert (project.path / "gen.log").read_text().count("called") == 2  # cached
+    assert res.stdout.str().count("(cached)") == 4
 
 
 def test_bad_manifest_is_one_failing_item(project: pytest.Pytester) -> None:
