@@ -327,3 +327,15 @@ def test_fixed_input_values_are_checked_against_the_shape(tmp_path: Path, model:
             inputs: {x: {shape: [1, 4], value: 0.5}}
         """)
     assert load_manifest(p).exports[0].inputs["x"].value == 0.5
+
+
+def test_the_readme_manifest_example_follows_the_schema() -> None:
+    """The README's example manifest is what users copy: it must stay valid."""
+    import jsonschema
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("```yaml\nversion: 1\n", 1)[1].split("```", 1)[0]
+    data = yaml.safe_load("version: 1\n" + block)
+    jsonschema.Draft202012Validator(schema()).validate(data)
+    assert [e["name"] for e in data["exports"]] == ["text_encoder", "decoder"]
