@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fixtures.qairt_standin.net_run import make_board
 from fixtures.small_disk import small_disk_or_skip
-from fixtures.sshd import SshServer, sshd_missing_reason
+from fixtures.sshd import SshServer, running_sshd
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.transport.base import Transport
 from qnn_ci.transport.factory import open_transport
@@ -78,15 +78,8 @@ def library(built: StandinBuild) -> Path:
 
 @pytest.fixture(scope="session")
 def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    reason = sshd_missing_reason()
-    if reason:
-        pytest.skip(reason)
-    server = SshServer(tmp_path_factory.mktemp("sshd"))
-    server.start()
-    try:
+    with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
         yield server
-    finally:
-        server.close()
 
 
 @dataclass

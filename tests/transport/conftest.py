@@ -9,21 +9,14 @@ import pytest
 
 from fixtures.adb_device import AdbDevice, AdbServer, adb_missing_reason
 from fixtures.small_disk import small_disk_or_skip
-from fixtures.sshd import SshServer, sshd_missing_reason
+from fixtures.sshd import SshServer, running_sshd
 
 
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[SshServer]:
     """A running OpenSSH server on 127.0.0.1 with per-test keys; killed at teardown."""
-    reason = sshd_missing_reason()
-    if reason:
-        pytest.skip(reason)
-    server = SshServer(tmp_path / "sshd")
-    server.start()
-    try:
+    with running_sshd(tmp_path / "sshd") as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(scope="session")
