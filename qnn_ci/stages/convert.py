@@ -12,19 +12,17 @@ import logging
 import shlex
 from pathlib import Path
 
-from qnn_ci.errors import ToolError, UserError
+from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.convert import convert
 from qnn_ci.sdk.converter_cmd import build_convert_argv
-from qnn_ci.sdk.locate import CONVERTER, find_sdk
+from qnn_ci.sdk.locate import CONVERTER
 from qnn_ci.sdk.model_lib import library_name
 from qnn_ci.sdk.record import read_record
 from qnn_ci.stage import StageContext
 from qnn_ci.stages.sdk_common import (
     ConverterStage,
-    converter_help,
     mark_transient,
-    tool_failure,
 )
 
 log = logging.getLogger(__name__)
@@ -39,13 +37,11 @@ class ConvertStage(ConverterStage):
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export
-        sdk = find_sdk(export, ctx.env)
-        try:
-            help_ = converter_help(ctx, sdk)
-        except ToolError as exc:
-            return tool_failure(self.name, exc, "convert.tool")
+        ready = self.prepare(ctx)
+        if isinstance(ready, StageResult):
+            return ready
+        sdk, help_, model = ready
         shapes = ctx.upstream["static_shapes"]
-        model = Path(shapes.artefacts["model"])
         calibration = ctx.upstream.get("calibration")
         input_list = Path(calibration.artefacts["input_list"]) \
             if calibration is not None and "input_list" in calibration.artefacts else None

@@ -13,19 +13,16 @@ from pathlib import Path
 
 import onnx
 
-from qnn_ci.errors import ToolError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.convert import explain_failure
 from qnn_ci.sdk.converter_cmd import build_convert_argv
 from qnn_ci.sdk.dry_run import fill_ops, node_op_types, parse_dry_run
-from qnn_ci.sdk.locate import CONVERTER, find_sdk
+from qnn_ci.sdk.locate import CONVERTER
 from qnn_ci.sdk.toolrun import run_tool
 from qnn_ci.stage import StageContext
 from qnn_ci.stages.sdk_common import (
     ConverterStage,
-    converter_help,
     mark_transient,
-    tool_failure,
 )
 
 log = logging.getLogger(__name__)
@@ -46,13 +43,11 @@ class DryRunStage(ConverterStage):
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export
-        sdk = find_sdk(export, ctx.env)
-        try:
-            help_ = converter_help(ctx, sdk)
-        except ToolError as exc:
-            return tool_failure(self.name, exc, "dry_run.tool")
+        ready = self.prepare(ctx)
+        if isinstance(ready, StageResult):
+            return ready
+        sdk, help_, model = ready
         shapes = ctx.upstream["static_shapes"]
-        model = Path(shapes.artefacts["model"])
         argv = build_convert_argv(export, model, None, ctx.workdir / "dry_run.cpp", help_.flags,
                                   dry_run=True, graph_inputs=shapes.data.get("inputs"),
                                   tool=sdk.tool(CONVERTER))

@@ -89,3 +89,13 @@ class ConverterStage(Stage):
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         return sdk_fingerprint(ctx)
+
+    def prepare(self, ctx: StageContext) -> tuple[Sdk, ConverterHelp, Path] | StageResult:
+        """The SDK, the flags its converter accepts and the pinned model; a FAILED
+        result when the converter cannot even be probed."""
+        sdk = find_sdk(ctx.export, ctx.env)
+        try:
+            help_ = converter_help(ctx, sdk)
+        except ToolError as exc:
+            return tool_failure(self.name, exc, f"{self.name}.tool")
+        return sdk, help_, Path(ctx.upstream["static_shapes"].artefacts["model"])
