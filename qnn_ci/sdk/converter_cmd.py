@@ -34,6 +34,7 @@ _QAISW_RE = re.compile(r"qaisw-v(\d+\.\d+\.\d+)")
 _HELP_COLUMN = 20      # argparse puts option invocations at indent 2, help text at ~24
 
 _MEMORY_CACHE: dict[str, ConverterHelp] = {}
+_FAILED_PROBES: dict[str, ToolRunError] = {}
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,10 @@ def probe_converter(sdk: Sdk, cache_dir: Path, *, timeout: float = 300.0) -> Con
     key = _cache_key(sdk)
     if key in _MEMORY_CACHE:
         return _MEMORY_CACHE[key]
+    if key in _FAILED_PROBES:
+        # Not re-run in this process (it may have taken the whole timeout, and every
+        # converter stage asks twice); the next run retries.
+        raise _FAILED_PROBES[key]
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     cache_dir = Path(cache_dir).resolve()
     cache_file = cache_dir / f"converter-help-{digest}.json"
@@ -109,8 +114,10 @@ def probe_converter(sdk: Sdk, cache_dir: Path, *, timeout: float = 300.0) -> Con
                    log_name=f"converter-help-{digest}", timeout=timeout)
     flags = parse_help_flags(run.output)
     if run.exit_code != 0 or "--input_network" not in flags:
-        raise ToolRunError(f"could not read the flags of {CONVERTER} --help "
-                           f"({sdk.describe()}):\n{run.describe()}", run)
+        error = ToolRunError(f"could not read the flags of {CONVERTER} --help "
+                             f"({sdk.describe()}):\n{run.describe()}", run)
+        _FAILED_PROBES[key] = error
+        raise error
     version_match = _QAISW_RE.search(run.output)
     found = ConverterHelp(frozenset(flags), hashlib.sha256(run.output.encode()).hexdigest(),
                           version_match.group(1) if version_match else None)
@@ -125,6 +132,7 @@ def probe_converter(sdk: Sdk, cache_dir: Path, *, timeout: float = 300.0) -> Con
 
 def clear_memory_cache() -> None:
     _MEMORY_CACHE.clear()
+    _FAILED_PROBES.clear()
 
 
 # ---------------------------------------------------------------------------

@@ -211,3 +211,21 @@ def test_dry_run_clean(sdk_factory, export_factory, tmp_path: Path) -> None:
     run = run_tool(argv, sdk=sdk, workdir=tmp_path, log_name="dry_run", timeout=120)
     report = parse_dry_run(run.output)
     assert report.clean and report.passed(run.exit_code)
+
+
+def test_failed_help_probe_runs_once_per_process(sdk_factory, tmp_path: Path) -> None:
+    from qnn_ci.errors import ToolError
+
+    sdk = sdk_factory("2.31.0")
+    tool = sdk.tool("qnn-onnx-converter")
+    calls = tmp_path / "calls"
+    tool.write_text(f"#!/bin/bash\necho called >> {calls}\necho 'broken install' >&2\nexit 1\n")
+    clear_memory_cache()
+    for _ in range(3):  # fingerprint and run of dry_run and convert all ask
+        with pytest.raises(ToolError, match="could not read the flags"):
+            probe_converter(sdk, tmp_path / "cache")
+    assert calls.read_text().count("called") == 1
+    clear_memory_cache()           # a new process tries again
+    with pytest.raises(ToolError):
+        probe_converter(sdk, tmp_path / "cache")
+    assert calls.read_text().count("called") == 2
