@@ -189,6 +189,13 @@ def test_contract_relative_recorded_path_resolves_beside_the_source(
     export = make_export(tmp_path, two_input_model)
     res = _contract(tmp_path, export, _record(input_list="./input_list.txt"), calib)
     assert res.status == Status.PASSED, res.failure_text()
+    # ... and the comparison really happened: a different list beside the source fails.
+    other = tmp_path / "other" / "input_list.txt"
+    other.parent.mkdir()
+    other.write_text("\n", "utf-8")
+    res = _contract(tmp_path, export, _record(input_list="./input_list.txt"), other)
+    assert res.status == Status.FAILED
+    assert any(f.message.startswith("input_list: asked ") for f in res.errors())
 
 
 def test_contract_reports_each_setting_that_did_not_take_effect(
