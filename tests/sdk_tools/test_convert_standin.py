@@ -213,10 +213,13 @@ def test_dry_run_clean(sdk_factory, export_factory, tmp_path: Path) -> None:
     assert report.clean and report.passed(run.exit_code)
 
 
-def test_failed_help_probe_runs_once_per_process(sdk_factory, tmp_path: Path) -> None:
+def test_failed_help_probe_runs_once_per_process(tmp_path: Path) -> None:
+    from fixtures.qairt_standin import make_sdk
     from qnn_ci.errors import ToolError
+    from qnn_ci.sdk.locate import Sdk
 
-    sdk = sdk_factory("2.31.0")
+    # An SDK of its own: the shared session SDKs must keep a working converter.
+    sdk = Sdk(root=make_sdk(tmp_path / "sdk", "2.31.0"), esdk_env=None, version="2.31.0")
     tool = sdk.tool("qnn-onnx-converter")
     calls = tmp_path / "calls"
     tool.write_text(f"#!/bin/bash\necho called >> {calls}\necho 'broken install' >&2\nexit 1\n")
