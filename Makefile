@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JOBS   ?= 2
 
-.PHONY: setup system demo test lint bench clean
+.PHONY: setup system demo test lint bench fuzz clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ lint: setup
 
 test: setup system lint
 	$(PY) -m pytest -n $(JOBS) -q tests
+
+# 10,000 hypothesis examples per fuzz target (make test runs a bounded few).
+fuzz: setup
+	QNN_CI_FUZZ_EXAMPLES=10000 $(PY) -m pytest -n $(JOBS) -q tests/fuzz
 
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'

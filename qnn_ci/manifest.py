@@ -277,7 +277,7 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
     calibration = CalibrationSpec(
         samples=cal_raw.get("samples"), input_list=input_list,
         generator=cal_raw.get("generator"), from_export=from_export, name_map=name_map,
-        held_out=cal_raw.get("held_out"))
+        held_out=cal_raw.get("held_out"), depends=tuple(cal_raw.get("depends") or ()))
 
     q = raw.get("quantization") or {}
     overrides = _resolve(base, q.get("overrides"))

@@ -32,6 +32,7 @@ class CalibrationSpec:
     name_map: dict[str, str] = field(default_factory=dict)  # upstream output -> this input
     held_out: int | None = None            # samples kept back for numeric checks
     #                                        (None: 4 from a generator, 0 from a list)
+    depends: tuple[str, ...] = ()          # data files/globs a generator reads (cache key)
 
 
 @dataclass(frozen=True)

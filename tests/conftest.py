@@ -65,20 +65,59 @@ def examples_dir() -> Path:
 # With QNN_CI_REQUIRE=1 (set by .ci/run, where every resource is installed and the
 # real converter outputs sit in ../shared), a test that would skip for a missing
 # resource (sshd, adb, onnxruntime-qnn, a model wheel, real converter output,
-# actionlint) fails instead: a green run then means everything really ran.
-# Skips that are about the platform, not a missing resource, stay skips.
-PLATFORM_SKIPS = ("root reads everything", "no tmpfs at /dev/shm", "needs Linux /proc",
-                  "cannot mount", "no tmpfs-free folder")
+# actionlint, zizmor) fails instead -- at collection too (a module-level
+# importorskip) -- so a green run means everything really ran. Skips that are about
+# the platform stay skips, but only for the tests named here, each with the reason it
+# may give (a prefix of the skip text): nothing else can slip through by wording.
+PLATFORM_SKIPS: dict[str, str] = {
+    # Needs a tmpfs at /dev/shm and a disk folder to compare the warning against.
+    "tests/board_run/test_stages.py::test_work_root_off_tmpfs_is_flagged":
+        "no tmpfs",
+    # Needs Linux /proc to read the peak memory.
+    "tests/compare/test_compare.py::test_bounded_memory_on_files_larger_than_a_chunk":
+        "needs Linux /proc",
+}
+# Tests on a small tmpfs "full disk" need the right to mount one.
+_MOUNT_SKIP = "cannot mount a tmpfs"
+_FULL_DISK_FIXTURE = "full_disk"
+
+
+def _require() -> bool:
+    return os.environ.get("QNN_CI_REQUIRE") == "1"
+
+
+def _allowed(nodeid: str, reason: str, fixtures: tuple[str, ...]) -> bool:
+    text = reason.removeprefix("Skipped: ")
+    base = nodeid.split("[", 1)[0]
+    if base in PLATFORM_SKIPS and text.startswith(PLATFORM_SKIPS[base]):
+        return True
+    return _FULL_DISK_FIXTURE in fixtures and text.startswith(_MOUNT_SKIP)
+
+
+def _reason(longrepr: object) -> str:
+    return longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     outcome = yield
     report = outcome.get_result()
-    if not report.skipped or os.environ.get("QNN_CI_REQUIRE") != "1":
+    if not report.skipped or not _require() or hasattr(report, "wasxfail"):
         return
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    if any(p in reason for p in PLATFORM_SKIPS) or hasattr(report, "wasxfail"):
+    reason = _reason(report.longrepr)
+    if _allowed(item.nodeid, reason, tuple(getattr(item, "fixturenames", ()))):
         return
     report.outcome = "failed"
     report.longrepr = f"required resource missing (QNN_CI_REQUIRE=1): {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+    """A whole module skipped at collection (``pytest.importorskip`` at module level)
+    fails under QNN_CI_REQUIRE=1 like a skipped test."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and _require():
+        report.outcome = "failed"
+        report.longrepr = (f"required resource missing at collection (QNN_CI_REQUIRE=1): "
+                           f"{_reason(report.longrepr)}")

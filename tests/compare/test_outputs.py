@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +12,7 @@ from qnn_ci.compare.outputs import load_output_set, match_names, parse_shape, sa
 from qnn_ci.errors import UserError
 from tests.compare.conftest import make_net_run, write_raw
 from tests.conftest import REAL_OUTPUTS
+from tests.unprivileged import run_unprivileged, world_traversable_tmp
 
 
 @pytest.mark.parametrize(("name", "want"), [
@@ -134,16 +135,23 @@ def test_bad_inputs_are_user_errors(tmp_path):
         load_output_set(tmp_path / "bad.npy")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads everything")
-def test_unreadable_folder_is_a_user_error(tmp_path):
-    d = tmp_path / "locked"
+def test_unreadable_folder_is_a_user_error():
+    """Run without root's right to read everything (CI runs as root)."""
+    base = world_traversable_tmp()
+    d = base / "locked"
     d.mkdir()
+    (d / "x.raw").write_bytes(b"\0" * 16)
     d.chmod(0)
-    try:
+
+    def check() -> None:
         with pytest.raises(UserError, match="cannot read it"):
             load_output_set(d)
+
+    try:
+        assert run_unprivileged(check) == ""
     finally:
         d.chmod(0o755)
+        shutil.rmtree(base)
 
 
 def test_parse_shape():

@@ -176,3 +176,15 @@ def test_all_nan_never_passes_silently():
     f = evaluate("y", 0, compute_metrics(ref, ref.copy()), {"cosine": 0.99})
     assert [(x.check, x.severity) for x in f] == [("compare.nan_inf", Severity.ERROR)]
     assert "nothing could be compared" in f[0].message
+
+
+@pytest.mark.parametrize("metric", ["cosine", "snr", "psnr", "max_abs", "mean_abs"])
+def test_a_value_exactly_at_its_bound_passes_and_a_hair_past_it_fails(rng, metric):
+    """Bounds are inclusive: `cosine: 0.99` accepts 0.99 exactly; one ulp stricter fails."""
+    ms = _samples(rng, [0.05])[0]
+    value = ms.value(metric)
+    assert value is not None and np.isfinite(value)
+    assert evaluate("y", 0, ms, {metric: value}) == []
+    stricter = np.nextafter(value, np.inf if metric in ("cosine", "snr", "psnr") else -np.inf)
+    f = evaluate("y", 0, ms, {metric: float(stricter)})
+    assert [x.check for x in f] == ["compare.threshold"], f

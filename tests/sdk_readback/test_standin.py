@@ -17,6 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import fixtures.qairt_standin as standin
 from qnn_ci.results import Severity, Status
 from qnn_ci.sdk.cpp_model import read_cpp_model
 from qnn_ci.sdk.fp16_audit import audit_fp16
@@ -28,7 +29,6 @@ from qnn_ci.stages.encodings import EncodingsStage
 from qnn_ci.stages.fp16_gate import Fp16GateStage
 from tests.sdk_readback.conftest import make_ctx, make_export, passed
 
-standin = pytest.importorskip("fixtures.qairt_standin")
 CONVERTER = "bin/x86_64-linux-clang/qnn-onnx-converter"
 
 
