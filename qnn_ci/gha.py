@@ -3,12 +3,14 @@
 Inputs arrive as environment variables set through the action's ``env:`` blocks
 (never pasted into ``run:`` text, which is how script injection happens):
 
-- ``fork-guard``: on a self-hosted runner, refuse a pull request from a fork unless
-  ``QNN_CI_ALLOW_FORK_PRS`` is true — a fork's code would run on the machine that
-  holds the board and the SDK.
+- ``fork-guard``: on a self-hosted runner (or one that cannot be told apart from
+  one), refuse an event that would run a fork's code -- see :func:`untrusted_source`
+  -- unless the runner machine itself allows it (``QNN_CI_ALLOW_FORK_PRS`` in the
+  runner's environment, e.g. its ``.env`` file). A fork's code would run on the
+  machine that holds the board and the SDK.
 - ``run``: build and run the pytest command, then write counts to ``$GITHUB_OUTPUT``.
 
-Standard library only: ``fork-guard`` runs before qnn-ci is installed.
+Standard library only: ``fork-guard`` runs as a plain script before qnn-ci is installed.
 """
 
 from __future__ import annotations
@@ -21,43 +23,204 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+# `run`'s exit status when an input cannot be used and pytest never ran: EX_USAGE from
+# sysexits.h, outside pytest's own 0-5. action.yml's last step tests for this number.
+INPUT_ERROR = 64
+
+GUARD_TITLE = "qnn-ci fork guard"
+ALLOW_VAR = "QNN_CI_ALLOW_FORK_PRS"
+# action.yml passes `${{ env.QNN_CI_ALLOW_FORK_PRS }}` here: the `env` context holds only
+# what the workflow (job, step, $GITHUB_ENV) set, never the runner machine's environment.
+WORKFLOW_ALLOW_VAR = "QNN_CI_ALLOW_FORK_PRS_FROM_WORKFLOW"
+# The deprecated `allow-fork-prs` input: a fork's pull request brings its own workflow
+# file, so it could set this; it never allows anything.
+INPUT_ALLOW_VAR = "QNN_CI_ALLOW_FORK_PRS_INPUT"
+
+# Events whose payload carries the pull request (`pull_request` key) and whose code
+# may come from the head repository.
+PR_EVENTS = frozenset({"pull_request", "pull_request_target", "pull_request_review",
+                       "pull_request_review_comment"})
+
+
+class InputError(Exception):
+    """An action input that cannot be used; ``input`` names it as the workflow spells it."""
+
+    def __init__(self, input_name: str, message: str) -> None:
+        super().__init__(message)
+        self.input = input_name
+
+
+class Unverifiable(Exception):
+    """The event payload cannot show where the code comes from."""
+
 
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def fork_pr(event: dict) -> str | None:
-    """The fork's name when the event is a pull request from a fork, else None."""
-    pr = event.get("pull_request")
+def _escape(text: str) -> str:
+    """Workflow-command message escaping (`%`, CR, LF), so a payload value is one line."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _command(kind: str, message: str) -> None:
+    print(f"::{kind} title={GUARD_TITLE}::{_escape(message)}", flush=True)
+
+
+def _name(repo: object, where: str) -> str:
+    if not isinstance(repo, dict) or not isinstance(repo.get("full_name"), str) \
+            or not repo["full_name"]:
+        raise Unverifiable(f"the payload has no {where}.full_name")
+    return str(repo["full_name"])
+
+
+def _same_repo(head: dict, base: dict, where: str) -> bool:
+    if type(head.get("id")) is int and type(base.get("id")) is int:
+        return bool(head["id"] == base["id"])
+    return _name(head, where).casefold() == _name(base, "base repository").casefold()
+
+
+def _base_repo(event: dict, environ: dict[str, str]) -> dict:
+    repo = event.get("repository")
+    if isinstance(repo, dict) and repo.get("full_name"):
+        return repo
+    if environ.get("GITHUB_REPOSITORY"):
+        return {"full_name": environ["GITHUB_REPOSITORY"]}
+    raise Unverifiable("the payload names no repository and GITHUB_REPOSITORY is unset")
+
+
+def _pull_request_source(pr: object, event: dict, environ: dict[str, str]) -> str | None:
     if not isinstance(pr, dict):
+        raise Unverifiable("the payload has no pull_request object")
+    number = pr.get("number", event.get("number", "?"))
+    head = pr.get("head")
+    if not isinstance(head, dict) or "repo" not in head:
+        raise Unverifiable("the payload has no pull_request.head.repo")
+    if head["repo"] is None:
+        return f"pull request #{number} from a deleted fork"
+    if not isinstance(head["repo"], dict):
+        raise Unverifiable("pull_request.head.repo is not an object")
+    base = pr.get("base")
+    base = base.get("repo") if isinstance(base, dict) else None
+    if not isinstance(base, dict):
+        base = _base_repo(event, environ)
+    if _same_repo(head["repo"], base, "pull_request.head.repo"):
         return None
-    head = (pr.get("head") or {}).get("repo") or {}
-    base = (pr.get("base") or {}).get("repo") or {}
-    if head.get("fork") or (head.get("full_name") and base.get("full_name")
-                            and head["full_name"] != base["full_name"]):
-        return str(head.get("full_name") or "a fork")
+    return f"pull request #{number} from the fork {_name(head['repo'], 'head repository')}"
+
+
+def _comment_source(event: dict) -> str | None:
+    issue = event.get("issue")
+    if not isinstance(issue, dict):
+        raise Unverifiable("the payload has no issue object")
+    if not issue.get("pull_request"):
+        return None     # a comment on a plain issue runs the default branch's code
+    # The payload does not name the pull request's head repository, and a workflow
+    # that reacts to a comment usually checks the pull request out.
+    return (f"a comment on pull request #{issue.get('number', '?')}, whose head repository "
+            "the event does not show")
+
+
+def _workflow_run_source(event: dict, environ: dict[str, str]) -> str | None:
+    run = event.get("workflow_run")
+    if not isinstance(run, dict) or "head_repository" not in run:
+        raise Unverifiable("the payload has no workflow_run.head_repository")
+    head = run["head_repository"]
+    name = run.get("name")
+    what = f"a run of the workflow {name!r}" if isinstance(name, str) else "a workflow run"
+    if head is None:
+        return f"{what}, triggered from a deleted fork"
+    if not isinstance(head, dict):
+        raise Unverifiable("workflow_run.head_repository is not an object")
+    if _same_repo(head, _base_repo(event, environ), "workflow_run.head_repository"):
+        return None
+    return f"{what}, triggered from the fork {_name(head, 'workflow_run.head_repository')}"
+
+
+def untrusted_source(event_name: str, event: object, environ: dict[str, str]) -> str | None:
+    """Describe where a fork's code comes into this run, or None when it does not.
+
+    Raises :class:`Unverifiable` when the payload cannot tell (the caller fails closed).
+    """
+    if not isinstance(event, dict):
+        raise Unverifiable("the payload is not a JSON object")
+    if event_name in PR_EVENTS or "pull_request" in event:
+        return _pull_request_source(event.get("pull_request"), event, environ)
+    if event_name == "issue_comment" or (isinstance(event.get("issue"), dict)
+                                         and "comment" in event):
+        return _comment_source(event)
+    if event_name == "workflow_run" or "workflow_run" in event:
+        return _workflow_run_source(event, environ)
     return None
 
 
+def read_event(path: str | None) -> object:
+    """The event payload; :class:`Unverifiable` with the reason when it cannot be read."""
+    if not path:
+        raise Unverifiable("GITHUB_EVENT_PATH is not set")
+    try:
+        return json.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise Unverifiable(f"cannot read the event payload {path}: "
+                           f"{exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:   # JSONDecodeError and UnicodeDecodeError
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise Unverifiable(f"the event payload {path} is not valid JSON: {reason}") from None
+
+
 def fork_guard(environ: dict[str, str]) -> int:
-    if environ.get("RUNNER_ENVIRONMENT", "") != "self-hosted":
+    if _truthy(environ.get(INPUT_ALLOW_VAR)):
+        _command("warning", f"The allow-fork-prs input is deprecated and ignored: a fork's pull "
+                 f"request supplies its own workflow file, so it could set it. To accept fork "
+                 f"pull requests on a self-hosted runner, set {ALLOW_VAR}=true in the runner "
+                 "machine's environment (the runner's .env file).")
+    runner = environ.get("RUNNER_ENVIRONMENT", "")
+    if runner == "github-hosted":
         return 0
-    event_path = environ.get("GITHUB_EVENT_PATH")
-    if not event_path or not Path(event_path).is_file():
+    event_name = environ.get("GITHUB_EVENT_NAME", "") or "unknown"
+    unverifiable = ""
+    try:
+        source = untrusted_source(event_name, read_event(environ.get("GITHUB_EVENT_PATH")),
+                                  environ)
+    except Unverifiable as exc:
+        source, unverifiable = f"an event that cannot be checked ({exc})", str(exc)
+    if source is None:
         return 0
-    event = json.loads(Path(event_path).read_text("utf-8"))
-    fork = fork_pr(event)
-    if fork is None or _truthy(environ.get("QNN_CI_ALLOW_FORK_PRS")):
+    from_workflow = (environ.get(WORKFLOW_ALLOW_VAR) or "").strip()
+    if _truthy(environ.get(ALLOW_VAR)) and not from_workflow:
+        _command("notice", f"Running {source} on this self-hosted runner: {ALLOW_VAR} is set "
+                 "in the runner machine's environment.")
         return 0
-    print(f"::error title=qnn-ci refused a fork pull request::This pull request comes from "
-          f"{fork} and this job runs on a self-hosted runner. A fork's code would run on the "
-          "machine that holds the board and the QAIRT SDK. Run the hosted-runner checks for "
-          "forks, or set `allow-fork-prs: true` if you accept that risk.")
+    if from_workflow:
+        _command("warning", f"{ALLOW_VAR} is set by the workflow (env: or $GITHUB_ENV), which a "
+                 "fork's pull request can edit, so it is ignored; set it in the runner "
+                 "machine's environment (the runner's .env file) instead.")
+    where = ("this self-hosted runner" if runner == "self-hosted" else
+             f"this runner (RUNNER_ENVIRONMENT={runner or 'unset'}, treated as self-hosted)")
+    allow = (f"set {ALLOW_VAR}=true in the runner machine's environment (the runner's .env "
+             "file) if you accept that risk.")
+    if unverifiable:
+        _command("error", f"Cannot check the {event_name} event on {where}: {unverifiable}. "
+                 "Refusing to run, since a fork's code could reach the machine that holds the "
+                 f"board and the QAIRT SDK; {allow}")
+    else:
+        _command("error", f"Refused {source} (event {event_name}) on {where}: a fork's code "
+                 "would run on the machine that holds the board and the QAIRT SDK. Run fork "
+                 f"pull requests on GitHub-hosted runners, or {allow}")
     return 1
 
 
+def _split(environ: dict[str, str], var: str, input_name: str) -> list[str]:
+    try:
+        return shlex.split(environ.get(var, ""))
+    except ValueError as exc:
+        raise InputError(input_name, f"The {input_name} input cannot be split into arguments "
+                         f"({exc}): it is split like a shell command line, so balance its "
+                         """quotes, e.g. -k "a or b".""") from None
+
+
 def pytest_argv(environ: dict[str, str]) -> list[str]:
-    manifests = shlex.split(environ.get("QNN_CI_MANIFESTS", "") or "qnn-ci.yaml")
+    manifests = _split(environ, "QNN_CI_MANIFESTS", "manifests") or ["qnn-ci.yaml"]
     # Collect the default names in folders, plus every file named explicitly (a
     # qnn-boards.yaml next to a manifest is not a manifest).
     names = ["qnn-ci.yaml", "qnn-ci.yml"]
@@ -74,7 +237,7 @@ def pytest_argv(environ: dict[str, str]) -> list[str]:
                      ("--qnn-boards-file", "QNN_CI_BOARDS_FILE")):
         if environ.get(var):
             argv.append(f"{opt}={environ[var]}")
-    argv += shlex.split(environ.get("QNN_CI_PYTEST_ARGS", ""))
+    argv += _split(environ, "QNN_CI_PYTEST_ARGS", "pytest-args")
     return argv
 
 
@@ -91,23 +254,32 @@ def junit_counts(path: Path) -> dict[str, int]:
     return counts
 
 
+def _write_outputs(environ: dict[str, str], lines: list[str]) -> None:
+    out = environ.get("GITHUB_OUTPUT")
+    if out:
+        with open(out, "a", encoding="utf-8") as fh:
+            fh.writelines(line + "\n" for line in lines)
+
+
 def run(environ: dict[str, str]) -> int:
     env = dict(environ)
     if environ.get("QNN_CI_ESDK_ENV"):
         env["ESDK_ENV"] = environ["QNN_CI_ESDK_ENV"]
-    argv = pytest_argv(environ)
+    try:
+        argv = pytest_argv(environ)
+    except InputError as exc:
+        print(f"::error title=qnn-ci input {exc.input}::{_escape(str(exc))}", flush=True)
+        _write_outputs(environ, [f"exit-code={INPUT_ERROR}"])
+        return INPUT_ERROR
     print("::group::pytest " + shlex.join(argv[1:]), flush=True)
     code = subprocess.call(argv, env=env)
     print("::endgroup::", flush=True)
     junit = Path(environ.get("QNN_CI_JUNIT", "qnn-ci-junit.xml"))
     counts = junit_counts(junit)
-    out = environ.get("GITHUB_OUTPUT")
-    if out:
-        with open(out, "a", encoding="utf-8") as fh:
-            fh.write(f"junit-path={junit.resolve()}\n")
-            for key in ("passed", "failures", "errors", "skipped", "tests"):
-                fh.write(f"{key}={counts.get(key, 0)}\n")
-            fh.write(f"exit-code={code}\n")
+    _write_outputs(environ, [f"junit-path={junit.resolve()}",
+                             *(f"{key}={counts.get(key, 0)}"
+                               for key in ("passed", "failures", "errors", "skipped", "tests")),
+                             f"exit-code={code}"])
     return code
 
 

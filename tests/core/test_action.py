@@ -1,10 +1,12 @@
-"""The GitHub Action: workflows lint clean with actionlint, inputs never reach
-`run:` text, and the action's scripts behave as on a runner (environment set as
-Actions sets it, a fake GITHUB_STEP_SUMMARY, a fork pull-request event)."""
+"""The GitHub Action: workflows lint clean with actionlint and zizmor, third-party
+actions are pinned by commit, inputs never reach `run:` text, and the action's scripts
+behave as on a runner (environment set as Actions sets it, a fake GITHUB_STEP_SUMMARY).
+The fork guard has its own file, test_fork_guard.py."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,8 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from qnn_ci.gha import INPUT_ERROR
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted([*ROOT.glob(".github/workflows/*.yml"), *ROOT.glob("examples/workflows/*.yml")])
+ACTION_FILES = [ROOT / "action.yml", *WORKFLOWS]
 
 
 def actionlint() -> str:
@@ -49,6 +54,75 @@ def test_actionlint_catches_an_unknown_runner_label(tmp_path: Path) -> None:
     assert "no-such-label" in proc.stdout
 
 
+def zizmor() -> str:
+    exe = shutil.which("zizmor") or str(Path(sys.executable).parent / "zizmor")
+    if not Path(exe).exists():
+        pytest.skip("zizmor is not installed (make setup installs it from the dev extras)")
+    return exe
+
+
+def zizmor_findings(*paths: Path) -> list[dict]:
+    """zizmor's regular persona, offline, with the project's config (.github/zizmor.yml)."""
+    proc = subprocess.run([zizmor(), "--offline", "--format", "json", "--config",
+                           str(ROOT / ".github/zizmor.yml"), *map(str, paths)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode in (0, 11, 12, 13, 14), proc.stderr     # 1x: findings of severity x
+    findings = json.loads(proc.stdout)
+    assert (proc.returncode == 0) == (findings == []), proc.stderr
+    return findings
+
+
+def test_zizmor_finds_nothing() -> None:
+    findings = zizmor_findings(*ACTION_FILES)
+    assert findings == [], json.dumps(findings, indent=1)[:4000]
+
+
+def test_zizmor_catches_planted_problems(tmp_path: Path) -> None:
+    """So that the clean run above cannot pass by auditing nothing."""
+    bad = tmp_path / "bad.yml"
+    bad.write_text(textwrap.dedent("""
+        name: bad
+        on: issues
+        permissions: {}
+        jobs:
+          x:
+            name: x
+            runs-on: ubuntu-latest
+            steps:
+              - uses: actions/checkout@v4
+                with:
+                  persist-credentials: false
+              - run: echo "${{ github.event.issue.title }}"
+        """).lstrip())
+    idents = {f["ident"] for f in zizmor_findings(bad)}
+    assert {"unpinned-uses", "template-injection"} <= idents, idents
+
+
+USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$", re.M)
+
+
+def test_third_party_actions_are_pinned_by_commit() -> None:
+    seen = 0
+    for path in ACTION_FILES:
+        text = path.read_text()
+        for ref, rest in USES.findall(text):
+            if ref.startswith(("./", "qnn-ci/qnn-ci@")):   # this project's own action
+                continue
+            seen += 1
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", ref), (path.name, ref)
+            assert re.fullmatch(r"\s+# v\d+\.\d+\.\d+", rest), (path.name, ref, rest)
+        for step in _steps(yaml.safe_load(text)):
+            if str(step.get("uses", "")).startswith("actions/checkout@"):
+                assert step.get("with", {}).get("persist-credentials") is False, path.name
+    assert seen >= 5
+
+
+def _steps(doc: dict) -> list[dict]:
+    if "runs" in doc:
+        return list(doc["runs"].get("steps", []))
+    return [s for job in doc.get("jobs", {}).values() for s in job.get("steps", [])]
+
+
 def test_action_inputs_reach_scripts_only_through_env() -> None:
     action = yaml.safe_load((ROOT / "action.yml").read_text())
     assert action["runs"]["using"] == "composite"
@@ -61,33 +135,48 @@ def test_action_inputs_reach_scripts_only_through_env() -> None:
     assert action["inputs"]["allow-fork-prs"]["default"] == "false"
 
 
-def fork_event(tmp_path: Path, *, fork: bool) -> Path:
-    head = "someone/models" if fork else "acme/models"
-    event = {"pull_request": {"number": 7,
-                              "head": {"repo": {"full_name": head, "fork": fork}},
-                              "base": {"repo": {"full_name": "acme/models", "fork": False}}}}
-    p = tmp_path / "event.json"
-    p.write_text(json.dumps(event))
-    return p
+def run_env(tmp_path: Path, **inputs: str) -> dict[str, str]:
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+            "GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(tmp_path / "out.txt"),
+            "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+            "RUNNER_ENVIRONMENT": "github-hosted", "QNN_CI_JUNIT": str(tmp_path / "junit.xml"),
+            "QNN_CI_WORKDIR": str(tmp_path / "w"), **inputs}
 
 
-@pytest.mark.parametrize(("runner", "fork", "allow", "code"), [
-    ("self-hosted", True, "false", 1),
-    ("self-hosted", True, "true", 0),
-    ("self-hosted", False, "false", 0),
-    ("github-hosted", True, "false", 0),
+@pytest.mark.parametrize(("var", "value", "name"), [
+    ("QNN_CI_PYTEST_ARGS", "-k 'good and not broken", "pytest-args"),
+    ("QNN_CI_PYTEST_ARGS", '-p no:cacheprovider -k "a', "pytest-args"),
+    ("QNN_CI_MANIFESTS", "models/qnn-ci.yaml 'other models/qnn-ci.yaml", "manifests"),
 ])
-def test_fork_guard(tmp_path: Path, runner: str, fork: bool, allow: str, code: int) -> None:
-    env = {"PATH": "/usr/bin:/bin", "RUNNER_ENVIRONMENT": runner,
-           "GITHUB_EVENT_PATH": str(fork_event(tmp_path, fork=fork)),
-           "GITHUB_EVENT_NAME": "pull_request", "QNN_CI_ALLOW_FORK_PRS": allow}
-    # The action runs the guard with the runner's python, before qnn-ci is installed.
-    proc = subprocess.run([sys.executable, "-I", str(ROOT / "qnn_ci/gha.py"), "fork-guard"],
-                          env=env, capture_output=True, text=True)
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    if code:
-        assert proc.stdout.startswith("::error title=qnn-ci refused a fork pull request::")
-        assert "someone/models" in proc.stdout and "allow-fork-prs" in proc.stdout
+def test_unbalanced_quotes_in_an_input(tmp_path: Path, var: str, value: str, name: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "qnn_ci.gha", "run"], cwd=tmp_path,
+                          env=run_env(tmp_path, **{var: value}), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == INPUT_ERROR, proc.stdout + proc.stderr
+    assert INPUT_ERROR not in range(6)             # pytest's own exit statuses are 0-5
+    assert proc.stderr == ""                       # no traceback, and pytest never started
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith(f"::error title=qnn-ci input {name}::The {name} input cannot be "
+                           "split into arguments (No closing quotation)"), line
+    assert (tmp_path / "out.txt").read_text() == f"exit-code={INPUT_ERROR}\n"
+    assert not (tmp_path / "junit.xml").exists()
+
+
+def last_step(status: str) -> subprocess.CompletedProcess[str]:
+    """action.yml's final step, run by bash as the runner runs it."""
+    step = yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"][-1]
+    assert step["if"] == "steps.run.outputs.status != '0'" and step["shell"] == "bash"
+    return subprocess.run(["bash", "-e", "-c", step["run"]], env={"QNN_CI_STATUS": status,
+                          "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)
+
+
+def test_the_last_step_names_what_failed() -> None:
+    proc = last_step(str(INPUT_ERROR))
+    assert proc.returncode == 1
+    assert "pytest" not in proc.stdout and "an input is invalid" in proc.stdout
+    proc = last_step("1")
+    assert proc.returncode == 1
+    assert "(pytest exit status 1)" in proc.stdout
 
 
 def test_action_run_step_as_the_runner_runs_it(tmp_path: Path) -> None:
@@ -118,13 +207,9 @@ def test_action_run_step_as_the_runner_runs_it(tmp_path: Path) -> None:
         """).lstrip())
     (models / "gens.py").write_text((tmp_path / "gens.py").read_text())
     output, summary = tmp_path / "out.txt", tmp_path / "summary.md"
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
-           "GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(output),
-           "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_ENVIRONMENT": "github-hosted",
-           "QNN_CI_MANIFESTS": "models/qnn-ci.yaml",
-           "QNN_CI_MARKERS": "qnn and not qnn_sdk and not qnn_board and not qnn_sim",
-           "QNN_CI_JUNIT": str(tmp_path / "junit.xml"), "QNN_CI_WORKDIR": str(tmp_path / "w"),
-           "QNN_CI_SDK_ROOT": "", "QNN_CI_PYTEST_ARGS": "-p no:cacheprovider"}
+    env = run_env(tmp_path, QNN_CI_MANIFESTS="models/qnn-ci.yaml",
+                  QNN_CI_MARKERS="qnn and not qnn_sdk and not qnn_board and not qnn_sim",
+                  QNN_CI_SDK_ROOT="", QNN_CI_PYTEST_ARGS="-p no:cacheprovider")
     proc = subprocess.run([sys.executable, "-m", "qnn_ci.gha", "run"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
