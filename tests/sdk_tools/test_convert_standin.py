@@ -31,8 +31,11 @@ def _convert(sdk, export, model: Path, input_list: Path | None, out: Path, flags
                          timeout=120)
 
 
-@pytest.mark.parametrize("version, spelling", [("2.31.0", "--act_bitwidth"),
-                                               ("2.18.0", "--act_bw")])
+@pytest.mark.parametrize("version, spelling", [
+    ("2.31.0", "--act_bitwidth"),
+    pytest.param("2.13.0", "--act_bw", marks=pytest.mark.xfail(strict=True, reason=(
+        "issue 10 product part: sources up to 2.22 have no QNN_SDK_VERSION line, so "
+        "read_record() gives sdk_version None (take it from the SDK / tool path)")))])
 def test_convert_per_era_w8a16_bias32(sdk_factory, export_factory, tmp_path: Path,
                                       version: str, spelling: str) -> None:
     sdk = sdk_factory(version)
@@ -54,7 +57,7 @@ def test_convert_per_era_w8a16_bias32(sdk_factory, export_factory, tmp_path: Pat
 def test_long_flags_on_old_sdk_fail_with_command_and_last_lines(
         sdk_factory, export_factory, tmp_path: Path) -> None:
     new_flags = probe_converter(sdk_factory("2.31.0"), tmp_path / "cache").flags
-    sdk = sdk_factory("2.18.0")
+    sdk = sdk_factory("2.13.0")
     model = tiny_conv_model(tmp_path / "m.onnx")
     lst = write_input_list(tmp_path / "cal", {"x": ((1, 3, 8, 8), "float32")})
     _, out = _convert(sdk, export_factory(inputs=X), model, lst, tmp_path / "o" / "m.cpp",

@@ -39,7 +39,7 @@ def test_engine_runs_sdk_stages_and_caches(standin_root, tmp_path: Path) -> None
     # Another SDK version invalidates the SDK stages, not the others.
     env2 = Environment(workdir=tmp_path / "work",
                        environ={"PATH": "/usr/bin:/bin",
-                                "QNN_SDK_ROOT": str(standin_root("2.18.0"))})
+                                "QNN_SDK_ROOT": str(standin_root("2.13.0"))})
     third = {r.stage: r for r in Pipeline([export], env2, stages=load_stages(STAGES))
              .run_export("tiny")}
     assert third["static_shapes"].cached and third["calibration"].cached

@@ -73,14 +73,14 @@ def test_skip_reasons_name_the_missing_piece(export_factory, standin_root,
 def test_fingerprint_changes_with_the_sdk(export_factory, standin_root, tmp_path: Path) -> None:
     export = export_factory()
     fps = []
-    for version in ("2.31.0", "2.18.0"):
+    for version in ("2.31.0", "2.13.0"):
         env = _env(tmp_path, standin_root(version))
         fps.append(DryRunStage().fingerprint(_ctx(export, env, "dry_run", {})))
-    assert fps[0]["sdk_version"] == "2.31.0" and fps[1]["sdk_version"] == "2.18.0"
+    assert fps[0]["sdk_version"] == "2.31.0" and fps[1]["sdk_version"] == "2.13.0"
     assert fps[0]["converter_help"] != fps[1]["converter_help"]
     assert "--act_bitwidth" in fps[0]["converter_flags"]
     assert "--act_bitwidth" not in fps[1]["converter_flags"]
-    pinned = export_factory(sdk=SdkSpec(root=standin_root("2.18.0")))
+    pinned = export_factory(sdk=SdkSpec(root=standin_root("2.13.0")))
     env = _env(tmp_path, standin_root("2.31.0"))
     assert DryRunStage().fingerprint(_ctx(pinned, env, "dry_run", {})) == fps[1]
 
@@ -126,7 +126,7 @@ def test_dry_run_attribute_row_names_the_op_from_the_model(export_factory, stand
 def test_convert_stage_artefacts_and_data(export_factory, standin_root, tmp_path: Path) -> None:
     model = tiny_conv_model(tmp_path / "m.onnx", dynamic_batch=False)
     lst = write_input_list(tmp_path / "cal", {"x": ((1, 3, 8, 8), "float32")})
-    env = _env(tmp_path, standin_root("2.18.0"))
+    env = _env(tmp_path, standin_root("2.13.0"))
     export = export_factory(model=model, name="det-v2")
     res = ConvertStage().run(_ctx(export, env, "convert", {
         "static_shapes": _shapes(model, [("x", "float32", [1, 3, 8, 8])]),
@@ -135,7 +135,7 @@ def test_convert_stage_artefacts_and_data(export_factory, standin_root, tmp_path
     assert set(res.artefacts) == {"cpp", "bin", "net_json", "log"}
     assert all(Path(p).is_absolute() and Path(p).is_file() for p in res.artefacts.values())
     assert Path(res.artefacts["cpp"]).name == "det_v2.cpp"
-    assert res.data["sdk_version"] == "2.18.0" and res.properties["sdk_version"] == "2.18.0"
+    assert res.data["sdk_version"] == "2.13.0" and res.properties["sdk_version"] == "2.13.0"
     argv = res.data["argv"]
     assert argv[argv.index("--act_bw") + 1] == "16" and argv[argv.index("--bias_bw") + 1] == "32"
     assert argv[argv.index("--input_dim") + 1:argv.index("--input_dim") + 3] == ["x", "1,3,8,8"]

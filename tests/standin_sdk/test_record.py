@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.qairt_standin import make_sdk
 from tests.standin_sdk.conftest import (
     RECORD,
     SDK_VERSION,
@@ -94,9 +95,12 @@ def test_sdk_version_line_matches_real_files_and_the_sdk(new_run: dict) -> None:
     assert match and match.group(1) == "2.31.0"
 
 
-def test_old_era_rejects_long_flags_with_argparse(old_sdk: Path, models: dict[str, Path],
-                                                  tmp_path: Path) -> None:
-    run = convert(old_sdk, "-i", models["tiny"], "-d", "x", "1,3,8,8", "-o",
+def test_oldest_era_rejects_long_flags_with_argparse(models: dict[str, Path],
+                                                     tmp_path: Path) -> None:
+    """2.13 and older only know ``--act_bw`` (formats page section 1; a real 2.10
+    record lists only ``*_bw`` names); 2.18 already had both."""
+    sdk213 = make_sdk(tmp_path / "sdk213", "2.13.0")
+    run = convert(sdk213, "-i", models["tiny"], "-d", "x", "1,3,8,8", "-o",
                   tmp_path / "m.cpp", "--act_bitwidth", "16")
     assert run.code == 2
     assert "unrecognized arguments: --act_bitwidth" in run.stderr
@@ -128,10 +132,17 @@ def test_old_era_record_is_space_separated_with_alias_pairs(old_sdk: Path,
     assert values["out_names"] == "['output']"
 
 
-def test_help_lists_the_flags_of_the_era(sdk: Path, old_sdk: Path) -> None:
+def test_help_lists_the_flags_of_the_era(sdk: Path, old_sdk: Path, tmp_path: Path) -> None:
     new_help = convert(sdk, "--help")
     old_help = convert(old_sdk, "--help")
-    assert new_help.code == 0 and old_help.code == 0
+    oldest_help = convert(make_sdk(tmp_path / "sdk210", "2.10.0"), "--help")
+    assert new_help.code == old_help.code == oldest_help.code == 0
     assert "--act_bitwidth" in new_help.stdout and "--act_bw" in new_help.stdout
-    assert "--act_bw" in old_help.stdout and "--act_bitwidth" not in old_help.stdout
+    # real 2.18 records carry act_bitwidth next to act_bw: both flags existed
+    assert "--act_bw" in old_help.stdout and "--act_bitwidth" in old_help.stdout
+    assert "--act_bw" in oldest_help.stdout and "--act_bitwidth" not in oldest_help.stdout
+    # calibration/schema flags are not in the real 2.18 record; float_fallback not in 2.10
+    assert "--act_quantizer_calibration" in new_help.stdout
+    assert "--act_quantizer_calibration" not in old_help.stdout
+    assert "--float_fallback" in old_help.stdout and "--float_fallback" not in oldest_help.stdout
     assert "--input_list" in old_help.stdout and "--dry_run" in new_help.stdout
