@@ -34,3 +34,4 @@ class BoardConfig:
     retries: int = 2                         # reconnect attempts on transport errors
     retry_delay_s: float = 2.0               # pause before each reconnect attempt
     lock_max_age_s: float = 6 * 3600.0       # a board lock older than this is stale
+    lock_timeout_s: float = 300.0            # how long a board stage waits for the lock

@@ -66,6 +66,9 @@ _FIELDS: dict[str, _Field] = {
                              "the board counts as stale and is taken over (default 21600: "
                              "6 h; longer than your longest board run).", minimum=0,
                              exclusive_min=True),
+    "lock_timeout_s": _Field("number", "How long a board stage waits for the board's lock "
+                             "while another run holds it, seconds (default 300); the wait "
+                             "is logged every 30 s.", minimum=0),
 }
 _REQUIRED = {"ssh": ("host", "key_file"), "adb": ("serial",), "local": ()}
 

@@ -59,11 +59,13 @@ def lock_dir(environ: Mapping[str, str]) -> Path:
 def board_session(board: BoardConfig, environ: Mapping[str, str], *,
                   lock_timeout: float | None = None) -> Iterator[Transport]:
     """An open transport to ``board`` holding the board's lock (runner side and on
-    the board). Raises TransportError when the board cannot be reached and
-    BoardLockedError when another run keeps it past ``lock_timeout``."""
+    the board). ``lock_timeout`` defaults to the board's ``lock_timeout_s``.
+    Raises TransportError when the board cannot be reached, BoardLockedError when
+    another run keeps it past the lock timeout and DiskFullError when the board has
+    no room for the lock file."""
     transport = open_transport(board)
     try:
-        timeout = board.timeout_s if lock_timeout is None else lock_timeout
+        timeout = board.lock_timeout_s if lock_timeout is None else lock_timeout
         with board_lock(transport, board, timeout=timeout,
                         runner_lock_dir=lock_dir(environ)):
             yield transport

@@ -7,7 +7,10 @@ and the SDK's tools disappear. Sourcing an eSDK script may change the working
 directory, so the script ``cd``s back to an absolute work folder afterwards and
 every argument is expected to be absolute.
 
-The tool runs in its own process group; a timeout kills the whole group. The
+The tool runs in its own process group; a timeout kills the whole group, and so
+does any exception that arrives while waiting for it (Ctrl-C, a SIGTERM turned
+into an exception, SystemExit): TERM, a 2 s grace, KILL, reaped before the
+exception goes on; the log then says "interrupted". The
 command and the combined stdout/stderr go to ``<workdir>/<log_name>.log``
 (command first) and the log is kept whatever happens.
 
@@ -27,9 +30,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from qnn_ci.errors import ToolError
 from qnn_ci.sdk.locate import Sdk
+from qnn_ci.transport.procgroup import kill_group
 
 log = logging.getLogger(__name__)
 
@@ -123,22 +128,24 @@ def _tool_environ(sdk: Sdk, environ: Mapping[str, str] | None) -> dict[str, str]
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=_KILL_GRACE_S)
-            if sig == signal.SIGKILL:
-                return
-        except subprocess.TimeoutExpired:
-            continue
-    # Make sure nothing of the group is left even if the leader already exited.
+    kill_group(proc, _KILL_GRACE_S)
+
+
+def _interrupted(proc: subprocess.Popen[bytes], fh: BinaryIO, argv: list[str],
+                 exc: BaseException, after_s: float) -> None:
+    """Kill and reap the tool's whole process group, and say so in its log."""
+    what = type(exc).__name__
+    log.warning("%s interrupted (%s) after %.1f s: killing its process group %d",
+                argv[0] if argv else "tool", what, after_s, proc.pid)
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        _kill_group(proc)
+    finally:
+        try:
+            fh.write(f"\nqnn-ci: interrupted ({what}) after {after_s:.1f} s; killed the "
+                     f"tool's process group {proc.pid}\n".encode())
+            fh.flush()
+        except OSError:
+            pass
 
 
 def run_tool(argv: list[str], *, sdk: Sdk, workdir: Path, log_name: str, timeout: float,
@@ -175,6 +182,9 @@ def run_tool(argv: list[str], *, sdk: Sdk, workdir: Path, log_name: str, timeout
             timed_out = True
             _kill_group(proc)
             exit_code = proc.poll()
+        except BaseException as exc:    # Ctrl-C, SIGTERM, SystemExit: no orphaned tool
+            _interrupted(proc, fh, argv, exc, time.monotonic() - start)
+            raise
         duration = time.monotonic() - start
         if timed_out:
             fh.write(f"\nqnn-ci: killed after {timeout:g} s timeout\n".encode())

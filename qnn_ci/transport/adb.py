@@ -2,7 +2,9 @@
 
 - Commands go through ``shell,v2,raw:`` (separate stdout/stderr and the real exit
   code); the packets are read here against our own deadline, so the process-group
-  marker is seen before a timeout and the group can be killed over a new stream.
+  marker is seen before a timeout and the group can be killed over a new stream —
+  also when an interrupt (Ctrl-C, a SIGTERM turned into an exception, SystemExit)
+  arrives while we wait, before that exception goes on.
   Devices without shell_v2 fall back to v1 (stderr merged into stdout, exit code
   from a trailing marker the wrapper prints itself).
 - A death by signal N shows as exit code 128+N, as adbd reports it.
@@ -189,12 +191,20 @@ class AdbTransport(ShellFileOps):
         started = time.monotonic()
         deadline = started + timeout
 
-        def op(device: AdbDevice) -> tuple[bytes, bytes, int | None]:
-            if self._supports_v2(device):
-                return self._run_v2(device, command, deadline)
-            return self._run_v1(device, command, deadline)
+        sink = bytearray()           # stdout so far: the group id, should we be interrupted
 
-        out, err, code = self._with_retries(f"run {argv[0]}", op)
+        def op(device: AdbDevice) -> tuple[bytes, bytes, int | None]:
+            del sink[:]
+            if self._supports_v2(device):
+                return self._run_v2(device, command, deadline, sink)
+            return self._run_v1(device, command, deadline, sink)
+
+        try:
+            out, err, code = self._with_retries(f"run {argv[0]}", op)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):      # Ctrl-C, SIGTERM-as-exception, SystemExit
+                self._abandon(sink, argv, exc)
+            raise
         pgid, stdout = split_pgid(out.decode("utf-8", "replace"))
         stderr = err.decode("utf-8", "replace")
         timed_out = code is None
@@ -244,10 +254,22 @@ class AdbTransport(ShellFileOps):
                 break
         return buf
 
-    def _run_v2(self, device: AdbDevice, command: str, deadline: float
+    def _abandon(self, sink: bytearray, argv: list[str], exc: BaseException) -> None:
+        """The local wait was interrupted: kill the command's remote process group."""
+        pgid = split_pgid(sink.decode("utf-8", "replace"))[0]
+        what = type(exc).__name__
+        if pgid is None:
+            log.warning("board %s: %s interrupted (%s) before it reported its process "
+                        "group; it may still run on the board", self.name, argv[0], what)
+            return
+        log.warning("board %s: %s interrupted (%s): killing remote process group %d",
+                    self.name, argv[0], what, pgid)
+        self._kill_group(pgid)
+
+    def _run_v2(self, device: AdbDevice, command: str, deadline: float, out: bytearray
                 ) -> tuple[bytes, bytes, int | None]:
         conn = self._open(device, "shell,v2,raw:" + command)
-        out, err = bytearray(), bytearray()
+        err = bytearray()
         try:
             while True:
                 header = self._recv(conn, 5, deadline)
@@ -271,11 +293,10 @@ class AdbTransport(ShellFileOps):
         finally:
             conn.close()
 
-    def _run_v1(self, device: AdbDevice, command: str, deadline: float
+    def _run_v1(self, device: AdbDevice, command: str, deadline: float, out: bytearray
                 ) -> tuple[bytes, bytes, int | None]:
         line = f"({command}); printf '\\n%s%s\\n' '{_EXIT_MARKER}' \"$?\""
         conn = self._open(device, "shell:" + line)
-        out = bytearray()
         try:
             while True:
                 chunk = self._recv(conn, 1 << 16, deadline, exact=False)

@@ -1,7 +1,9 @@
 """Local transport: the runner is the board (a dev kit running its own CI, or tests).
 
 Commands run without a shell in a new session, so a timeout kills the whole
-process group; files are plain copies. Remote paths are local paths.
+process group, and so does an exception (Ctrl-C, a SIGTERM turned into an
+exception) arriving while we wait; files are plain copies. Remote paths are local
+paths.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import errno
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -18,25 +19,19 @@ from pathlib import Path
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
 from qnn_ci.transport.base import CommandResult, DiskFullError
+from qnn_ci.transport.procgroup import kill_group
 from qnn_ci.transport.remote_shell import merged_env, removable_path
 
 log = logging.getLogger(__name__)
+_GRACE_S = 1.0                  # TERM, then KILL after this long
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """TERM the command's process group, give it a second, then KILL what is left."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=1.0)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Close our ends of the pipes and wait for the killed leader."""
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    proc.wait()
 
 
 class LocalTransport:
@@ -66,7 +61,7 @@ class LocalTransport:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            kill_group(proc, _GRACE_S)
             try:
                 out, err = proc.communicate(timeout=5.0)
             except subprocess.TimeoutExpired:     # a setsid'd grandchild holds the pipes
@@ -78,11 +73,26 @@ class LocalTransport:
                         pipe.close()
                 proc.wait()
                 out, err = b"", b""
+        except BaseException as exc:   # Ctrl-C, SIGTERM-as-exception, SystemExit: no orphans
+            log.warning("board %s: %s interrupted (%s): killing its process group %d",
+                        self.name, argv[0], type(exc).__name__, proc.pid)
+            try:
+                kill_group(proc, _GRACE_S)
+            finally:
+                _reap(proc)
+            raise
         code = proc.returncode
         return CommandResult(
             argv=argv, exit_code=-1 if timed_out or code < 0 else code,
             stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
             timed_out=timed_out, duration_s=time.monotonic() - started)
+
+    def free_bytes(self, folder: str) -> int | None:
+        """Bytes free on the filesystem holding ``folder``, or None when unknown."""
+        try:
+            return shutil.disk_usage(folder).free
+        except OSError:
+            return None
 
     def _copy(self, src: Path, dst: Path, what: str) -> None:
         try:

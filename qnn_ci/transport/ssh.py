@@ -13,6 +13,14 @@
   connection, so the copy can never block forever.
 - Failures the board reports while the connection is fine (no such file, no space)
   are ``ToolError``.
+- Commands run on a plain paramiko channel read here against our own deadline; the
+  remote process group (see ``remote_shell``) is killed on a timeout, on a dropped
+  connection, and when ANY exception (Ctrl-C, a SIGTERM turned into an exception,
+  SystemExit) interrupts the wait, before that exception goes on.
+- paramiko's own log records (its tracebacks on a failed handshake) are lowered to
+  DEBUG: they never reach stderr at the default level. The failure itself is one
+  line: ``no SSH banner from host:port within N s — is this an SSH server?``,
+  ``connection dropped by the server (<cause>)``.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import base64
 import hashlib
 import logging
 import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +38,6 @@ from typing import TypeVar
 
 import paramiko
 from fabric import Config, Connection
-from invoke.exceptions import CommandTimedOut
 from paramiko.ssh_exception import (
     AuthenticationException,
     BadHostKeyException,
@@ -41,7 +49,6 @@ from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError, UserError
 from qnn_ci.transport.base import CommandResult, TransportError
 from qnn_ci.transport.remote_shell import (
-    SMALL_OP_TIMEOUT,
     ShellFileOps,
     kill_group_command,
     merged_env,
@@ -54,6 +61,38 @@ T = TypeVar("T")
 # paramiko's key type name -> ssh-keyscan -t name
 _KEYSCAN_TYPES = {"ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "ecdsa-sha2-nistp256": "ecdsa",
                   "ecdsa-sha2-nistp384": "ecdsa", "ecdsa-sha2-nistp521": "ecdsa"}
+_POLL_S = 0.2                   # longest pause between looks at a running command
+_KILL_TIMEOUT_S = 15.0          # the remote group kill (TERM, ~1 s, KILL)
+_PGID_WAIT_S = 2.0              # interrupted before the group id came: wait this long for it
+_EOF_GRACE_S = 2.0              # exited, no output for this long, yet no EOF (a background
+                                # child holds the output open): done
+_PARAMIKO_LOGGERS = ("paramiko", "paramiko.transport", "paramiko.transport.sftp",
+                     "paramiko.hostkeys", "paramiko.auth_strategy")
+
+
+class _ToDebug(logging.Filter):
+    """Lowers a record to DEBUG: paramiko logs a handshake failure at ERROR, with its
+    traceback, from its own thread; Python's last-resort handler would print that
+    to stderr. The failure is reported once, as our one-line error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+_TO_DEBUG = _ToDebug()
+
+
+def quiet_paramiko() -> None:
+    """Lower paramiko's log records to DEBUG (idempotent)."""
+    for name in _PARAMIKO_LOGGERS:
+        logger = logging.getLogger(name)
+        if _TO_DEBUG not in logger.filters:
+            logger.addFilter(_TO_DEBUG)
+
+
+quiet_paramiko()
 
 
 class _UnknownHostKey(SSHException):
@@ -121,16 +160,116 @@ def _hard_close(conn: Connection) -> None:
         transport.close()
 
 
+class _Dropped(SSHException):
+    """The server closed or reset the connection; the text says what is known."""
+
+
+class _NoBanner(SSHException):
+    """TCP connected, but no SSH banner came within the connect timeout."""
+
+
+def _cause(exc: BaseException | None) -> str:
+    """A short, never empty, reason for a closed connection."""
+    if isinstance(exc, _Dropped | _NoBanner):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    if isinstance(exc, EOFError) or exc is None:
+        return "it closed the connection"
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+def _root(exc: BaseException) -> BaseException | None:
+    """The low-level error under a paramiko SSHException, if any."""
+    inner = exc.__cause__ or exc.__context__
+    while isinstance(inner, SSHException) and (inner.__cause__ or inner.__context__):
+        inner = inner.__cause__ or inner.__context__
+    return inner
+
+
+def _dropped(where: str, exc: BaseException | None) -> _Dropped:
+    return _Dropped(f"connection dropped by the server ({where}{_cause(exc)})")
+
+
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, _Stalled):
+    if isinstance(exc, _Stalled | _Dropped | _NoBanner):
         return str(exc)
     if isinstance(exc, NoValidConnectionsError):
         return "connection refused (" + ", ".join(
             f"{addr[0]}:{addr[1]}" for addr in exc.errors) + ")"
     if isinstance(exc, TimeoutError):
         return "no answer (timed out)"
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if isinstance(exc, EOFError) else text
+    if isinstance(exc, EOFError | ConnectionError):
+        return str(_dropped("", exc))
+    text = str(exc).strip()
+    if text.startswith("Server connection dropped"):      # paramiko's SFTP client
+        return str(_dropped("", _root(exc)))
+    return text or type(exc).__name__
+
+
+def _start(conn: Connection, command: str, open_timeout: float) -> paramiko.Channel:
+    """Start ``command`` on a new session channel (stdin closed)."""
+    transport = conn.client.get_transport()
+    if transport is None or not transport.is_active():
+        raise EOFError("the SSH connection is closed")
+    chan = transport.open_session(timeout=open_timeout)
+    try:
+        chan.exec_command(command)
+        chan.shutdown_write()
+    except BaseException:
+        chan.close()
+        raise
+    return chan
+
+
+def _drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> bool:
+    """Append what has arrived; True when anything did."""
+    got = False
+    while chan.recv_ready():
+        data = chan.recv(1 << 16)
+        if not data:
+            break
+        out += data
+        got = True
+    while chan.recv_stderr_ready():
+        data = chan.recv_stderr(1 << 16)
+        if not data:
+            break
+        err += data
+        got = True
+    return got
+
+
+def _wait_readable(chan: paramiko.Channel, seconds: float) -> None:
+    """Sleep until the channel has data, closes, or ``seconds`` pass."""
+    if seconds > 0:
+        select.select([chan], [], [], seconds)
+
+
+def _collect(chan: paramiko.Channel, out: bytearray, err: bytearray, deadline: float
+             ) -> tuple[int, bool]:
+    """Read the command's output until it exits or ``deadline``: (exit status, timed
+    out). The status is -1 when the command died by a signal or the connection
+    dropped (paramiko's default when no exit status came)."""
+    exited_at: float | None = None
+    while True:
+        got = _drain(chan, out, err)
+        if chan.closed or (chan.eof_received and chan.exit_status_ready()):
+            _drain(chan, out, err)
+            return chan.exit_status, False
+        now = time.monotonic()
+        if chan.exit_status_ready():         # output may still follow: wait for a quiet spell
+            exited_at = now if exited_at is None or got else exited_at
+            if now - exited_at > _EOF_GRACE_S:
+                _drain(chan, out, err)
+                return chan.exit_status, False
+        remaining = deadline - now
+        if remaining <= 0:
+            _drain(chan, out, err)
+            return -1, True
+        if not got:
+            _wait_readable(chan, min(_POLL_S, remaining))
 
 
 class SshTransport(ShellFileOps):
@@ -200,17 +339,41 @@ class SshTransport(ShellFileOps):
             transport = conn.client.get_transport()
             cause = getattr(transport, "saved_exception", None)
             conn.close()
-            if str(exc) == "No existing session" and isinstance(cause, Exception):
-                raise cause from exc
-            if str(exc) == "No existing session":
-                raise SSHException(f"no SSH banner within {self.board.connect_timeout_s} s "
-                                   "(server hung, or not an SSH server?)") from exc
-            raise
+            failure = self._handshake_failure(exc, cause)
+            if failure is exc:
+                raise
+            raise failure from exc
+        except EOFError as exc:
+            conn.close()
+            raise _dropped("during the SSH handshake: ", exc) from exc
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         return conn
+
+    def _handshake_failure(self, exc: SSHException, cause: BaseException | None
+                           ) -> BaseException:
+        """What a failed ``open()`` means, as an exception with a one-line text."""
+        if isinstance(exc, _UnknownHostKey | BadHostKeyException | AuthenticationException):
+            return exc
+        real: BaseException = exc
+        if str(exc) == "No existing session" and isinstance(cause, Exception):
+            real = cause
+        if isinstance(real, _UnknownHostKey | BadHostKeyException | AuthenticationException):
+            return real
+        text = str(real)
+        b = self.board
+        if text.startswith("Error reading SSH protocol banner") or (
+                text == "No existing session" and real is exc):
+            under = _root(real)
+            if under is None or isinstance(under, TimeoutError):
+                return _NoBanner(f"no SSH banner from {b.host}:{b.port} within "
+                                 f"{b.connect_timeout_s:g} s — is this an SSH server?")
+            return _dropped("before its SSH banner: ", under)
+        if isinstance(real, EOFError | ConnectionError):
+            return _dropped("during the SSH handshake: ", real)
+        return real
 
     def _alive(self) -> bool:
         return self._conn is not None and self._conn.is_connected
@@ -285,20 +448,20 @@ class SshTransport(ShellFileOps):
         argv = list(argv)
         command = wrap_command(argv, env=merged_env(self.board.env, env), cwd=cwd)
         started = time.monotonic()
-
-        def op(conn: Connection) -> tuple[object, bool]:
-            try:
-                return conn.run(command, timeout=timeout), False
-            except CommandTimedOut as exc:
-                return exc.result, True
-
-        raw, timed_out = self._with_retries(f"run {argv[0]}", op)
-        # invoke's timer thread may close the channel before it counts as timed out
-        elapsed = time.monotonic() - started
-        timed_out = timed_out or (raw.exited == -1 and elapsed >= timeout)  # type: ignore[attr-defined]
-        pgid, stdout = split_pgid(raw.stdout)  # type: ignore[attr-defined]
-        stderr: str = raw.stderr  # type: ignore[attr-defined]
-        exit_code = -1 if timed_out else int(raw.exited)  # type: ignore[attr-defined]
+        # Only starting the command is retried: once it runs, a drop is a result.
+        chan = self._with_retries(f"run {argv[0]}", lambda conn: _start(
+            conn, command, self.board.connect_timeout_s))
+        out, err = bytearray(), bytearray()
+        try:
+            status, timed_out = _collect(chan, out, err, started + timeout)
+        except BaseException as exc:        # Ctrl-C, SIGTERM-as-exception, SystemExit, ...
+            self._abandon(chan, out, argv, exc)
+            raise
+        finally:
+            chan.close()
+        pgid, stdout = split_pgid(out.decode("utf-8", "replace"))
+        stderr = err.decode("utf-8", "replace")
+        exit_code = -1 if timed_out else status
         dropped = exit_code == -1 and not timed_out and not self._alive()
         if timed_out or dropped:
             if dropped:
@@ -308,10 +471,36 @@ class SshTransport(ShellFileOps):
         return CommandResult(argv=argv, exit_code=exit_code, stdout=stdout, stderr=stderr,
                              timed_out=timed_out, duration_s=time.monotonic() - started)
 
+    def _abandon(self, chan: paramiko.Channel, out: bytearray, argv: list[str],
+                 exc: BaseException) -> None:
+        """The local wait was interrupted: kill the command's remote process group
+        (waiting briefly for its id if it has not come yet), best effort."""
+        pgid = split_pgid(out.decode("utf-8", "replace"))[0]
+        if pgid is None and self._alive():
+            deadline = time.monotonic() + _PGID_WAIT_S
+            while pgid is None and time.monotonic() < deadline and not chan.closed:
+                _drain(chan, out, bytearray())
+                pgid = split_pgid(out.decode("utf-8", "replace"))[0]
+                if pgid is None:
+                    _wait_readable(chan, 0.05)
+        what = type(exc).__name__
+        if pgid is None:
+            log.warning("board %s: %s interrupted (%s) before it reported its process "
+                        "group; it may still run on the board", self.name, argv[0], what)
+            return
+        log.warning("board %s: %s interrupted (%s): killing remote process group %d",
+                    self.name, argv[0], what, pgid)
+        self._kill_group(pgid)
+
     def _kill_group(self, pgid: int) -> None:
         """Kill the remote process group over a fresh channel (best effort)."""
         try:
-            self._connection().run(kill_group_command(pgid), timeout=SMALL_OP_TIMEOUT)
+            chan = _start(self._connection(), kill_group_command(pgid),
+                          self.board.connect_timeout_s)
+            try:
+                _collect(chan, bytearray(), bytearray(), time.monotonic() + _KILL_TIMEOUT_S)
+            finally:
+                chan.close()
         except Exception as exc:
             log.warning("board %s: could not kill remote process group %d: %s",
                         self.name, pgid, _reason(exc))
@@ -342,6 +531,11 @@ class SshTransport(ShellFileOps):
                     if dog.fired or isinstance(exc, TimeoutError):
                         raise _Stalled(f"no data moved for {stall:g} s during {what} "
                                        "(board hung?)") from exc
+                    if str(exc).startswith("Server connection dropped"):
+                        # paramiko says only that; the transport thread kept the cause
+                        transport = conn.client.get_transport()
+                        cause = getattr(transport, "saved_exception", None) or _root(exc)
+                        raise _dropped("", cause) from exc
                     raise
 
         return self._with_retries(what, op)

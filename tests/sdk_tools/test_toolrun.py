@@ -1,11 +1,15 @@
-"""Running SDK tools: bash, sourcing order, cwd, LD_LIBRARY_PATH, timeouts, logs."""
+"""Running SDK tools: bash, sourcing order, cwd, LD_LIBRARY_PATH, timeouts, interrupts,
+logs."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from qnn_ci.sdk.toolrun import build_script, run_tool
 
@@ -102,3 +106,65 @@ def test_tools_start_from_the_runs_environment(sdk_factory, export_factory,
     run = run_tool(["bash", "-c", 'echo "$QNN_CI_TAG ${LD_LIBRARY_PATH-unset} $QNN_SDK_ROOT"'],
                    sdk=sdk, workdir=tmp_path, log_name="env", timeout=60)
     assert run.output.splitlines()[-1] == f"t1 unset {root}"
+
+
+class _Terminated(KeyboardInterrupt):
+    """What the CLI raises for SIGTERM (a KeyboardInterrupt subclass)."""
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, _Terminated, SystemExit])
+def test_interrupt_kills_the_tools_process_group(sdk_factory, tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture,
+                                                 exc_type: type[BaseException]) -> None:
+    """An exception raised in the main thread (as a signal handler does) while the
+    tool runs: the tool's whole group (bash and its sleeping grandchildren) is dead
+    and reaped before the exception reaches the caller, and the log says so."""
+    sdk = sdk_factory()
+    leader, kids = tmp_path / "leader.pid", tmp_path / "kids.pid"
+    script = (f"echo $$ > {leader}; sleep 300 & sleep 301 & echo $! > {kids}; "
+              "echo started; wait")
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        if kids.exists() and kids.read_text().strip():
+            raise exc_type()
+        signal.setitimer(signal.ITIMER_REAL, 0.05)          # not started yet: look again
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    started = time.monotonic()
+    try:
+        with caplog.at_level("WARNING", logger="qnn_ci.sdk.toolrun"):
+            with pytest.raises(exc_type):
+                run_tool(["bash", "-c", script], sdk=sdk, workdir=tmp_path,
+                         log_name="interrupted", timeout=120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - started < 30                   # did not wait for the tool
+    pgid = int(leader.read_text())
+    grandchild = int(kids.read_text())
+    assert _group_members(pgid) == []                        # nothing of the group survives
+    assert not Path(f"/proc/{pgid}").exists()                # the leader is reaped, too
+    assert not Path(f"/proc/{grandchild}/status").exists() or \
+        "zombie" in Path(f"/proc/{grandchild}/status").read_text()
+    text = (tmp_path / "interrupted.log").read_text()
+    assert "started" in text
+    assert f"qnn-ci: interrupted ({exc_type.__name__}) after " in text
+    assert f"killed the tool's process group {pgid}" in text
+    assert any("interrupted" in r.getMessage() for r in caplog.records)

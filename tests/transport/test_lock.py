@@ -155,3 +155,68 @@ def test_max_age_comes_from_the_board_and_is_named_while_waiting(
     with board_lock(LocalTransport(hourly), hourly, timeout=2,
                     runner_lock_dir=tmp_path / "locks") as mine:
         assert LockInfo.from_line(path.read_text()) == mine
+
+
+def _still_waiting(caplog: pytest.LogCaptureFixture, which: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and f"still waiting for the {which} lock" in r.getMessage()]
+
+
+def test_a_long_wait_for_the_board_lock_is_logged_with_the_holder(
+        board: BoardConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _plant(board, LockInfo("ci-runner-7", 4242, "ci-runner-7/run-99", time.time() - 100))
+    with caplog.at_level("INFO", logger="qnn_ci.boards.lock"):
+        with pytest.raises(BoardLockedError):
+            with board_lock(LocalTransport(board), board, timeout=1.5, poll_s=0.1,
+                            progress_s=0.4, runner_lock_dir=tmp_path / "locks"):
+                pass
+    notes = _still_waiting(caplog, "board")
+    assert 2 <= len(notes) <= 4, notes                 # every progress_s, not every poll
+    assert re.match(r"board kit: still waiting for the board lock held by runner "
+                    r"ci-runner-7/run-99 \(pid 4242 on ci-runner-7\) since .*, held for "
+                    r"10\d s; waited \d s, giving up in \d s", notes[0]), notes[0]
+
+
+def test_a_long_wait_for_the_runner_lock_is_logged_with_the_holder(
+        board: BoardConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    locks = tmp_path / "locks"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time\n"
+         "from pathlib import Path\n"
+         "from qnn_ci.boards.config import BoardConfig\n"
+         "from qnn_ci.boards.lock import board_lock\n"
+         "from qnn_ci.transport.local import LocalTransport\n"
+         f"b = BoardConfig(name='kit', transport='local', work_root={board.work_root!r})\n"
+         f"d = Path({str(locks)!r})\n"
+         "with board_lock(LocalTransport(b), b, timeout=10, runner_lock_dir=d):\n"
+         "    print('held', flush=True)\n"
+         "    time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with caplog.at_level("INFO", logger="qnn_ci.boards.lock"):
+            with pytest.raises(BoardLockedError, match=rf"\(pid {holder.pid} on .*held for"):
+                with board_lock(LocalTransport(board), board, timeout=1.5, progress_s=0.4,
+                                runner_lock_dir=locks):
+                    pass
+    finally:
+        holder.kill()
+        holder.wait()
+    notes = _still_waiting(caplog, "runner")
+    assert notes, caplog.text
+    assert f"held by runner {socket.gethostname()} (pid {holder.pid} on " in notes[0]
+    assert re.search(r"held for \d+ s; waited \d s, giving up in \d s", notes[0]), notes[0]
+    assert str(locks / "kit.lock") in notes[0]
+
+
+def test_the_default_wait_is_the_boards_lock_timeout(board: BoardConfig,
+                                                     tmp_path: Path) -> None:
+    _plant(board, LockInfo("ci-runner-7", 4242, "r7", time.time()))
+    quick = replace(board, lock_timeout_s=0.3)
+    started = time.monotonic()
+    with pytest.raises(BoardLockedError, match=r"gave up after 0\.3 s"):
+        with board_lock(LocalTransport(quick), quick, poll_s=0.1,
+                        runner_lock_dir=tmp_path / "locks"):
+            pass
+    assert time.monotonic() - started < 10

@@ -35,6 +35,7 @@ boards:
     transport: local
     timeout_s: 30
     lock_max_age_s: 7200
+    lock_timeout_s: 45
 """
 
 
@@ -57,6 +58,7 @@ def test_good_file(tmp_path: Path) -> None:
     assert phone.work_root == "/data/local/tmp/qnn-ci"
     assert here.timeout_s == 30 and here.work_root == "/tmp/qnn-ci"
     assert here.lock_max_age_s == 7200 and rb3.lock_max_age_s == 6 * 3600
+    assert here.lock_timeout_s == 45 and rb3.lock_timeout_s == 300      # fits a CI job
     assert isinstance(open_transport(rb3), SshTransport)
     assert isinstance(open_transport(phone), AdbTransport)
     assert isinstance(open_transport(here), LocalTransport)
@@ -82,6 +84,9 @@ def test_good_file(tmp_path: Path) -> None:
     ({"transport": "local", "env": {"A": None}}, "boards.b.env.A", "strings or numbers"),
     ({"transport": "local", "timeout_s": 0}, "boards.b.timeout_s", "must be > 0"),
     ({"transport": "local", "lock_max_age_s": 0}, "boards.b.lock_max_age_s", "must be > 0"),
+    ({"transport": "local", "lock_timeout_s": -1}, "boards.b.lock_timeout_s", "must be >= 0"),
+    ({"transport": "local", "lock_timeout_s": "5m"}, "boards.b.lock_timeout_s",
+     "must be a number, got str '5m'"),
     ({"transport": "local", "retries": True}, "boards.b.retries", "must be an integer"),
     ({"transport": "local", "soc": "SM8551"}, "boards.b.soc", "unknown SoC"),
     ({"transport": "local", "net_run": "bin/qnn-net-run"}, "boards.b.net_run", "absolute"),

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import struct
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -142,7 +148,9 @@ def test_server_gone_mid_put_then_back(sshd: SshServer, tmp_path: Path) -> None:
     _, error = _in_thread(lambda: ssh.put(big, str(target)))
     stopper.join(30)
     assert isinstance(error, TransportError)
-    assert str(error).startswith("board testboard unreachable:")
+    assert str(error).startswith("board testboard unreachable: connection dropped by the "
+                                 "server ("), str(error)
+    assert "Server connection dropped" not in str(error) and "()" not in str(error)
     assert "3 attempts" in str(error)
     assert sshd.connection_count() == connections_before + 1   # retries found no server
 
@@ -169,8 +177,8 @@ def test_unreachable_board_fails_with_clear_message(tmp_path: Path, sshd: SshSer
     finally:
         sshd.resume()
     assert isinstance(error, TransportError)
-    assert str(error).startswith("board hung unreachable:")
-    assert "banner" in str(error)
+    assert str(error) == (f"board hung unreachable: no SSH banner from 127.0.0.1:{sshd.port} "
+                          "within 1 s — is this an SSH server? (during run true, 2 attempts)")
 
 
 def test_unknown_host_key_is_rejected(sshd: SshServer, tmp_path: Path) -> None:
@@ -363,3 +371,89 @@ def test_full_disk_is_named_on_upload(ssh: SshTransport, full_disk: Path,
     small.write_bytes(b"x" * 50_000)
     ssh.put(small, f"{full_disk}/small.bin")
     assert (full_disk / "small.bin").stat().st_size == 50_000
+
+
+@contextmanager
+def fake_server(mode: str) -> Iterator[int]:
+    """A TCP server on 127.0.0.1 that is no SSH server: ``silent`` accepts and never
+    speaks, ``close`` hangs up at once, ``reset`` resets the connection."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            if mode == "reset":
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            if mode == "silent":
+                held.append(conn)
+            else:
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+_CONNECT = """\
+import sys
+from pathlib import Path
+from qnn_ci.boards.config import BoardConfig
+from qnn_ci.transport.base import TransportError
+from qnn_ci.transport.ssh import SshTransport
+board = BoardConfig(name="odd", transport="ssh", host="127.0.0.1", port=int(sys.argv[1]),
+                    key_file=Path(sys.argv[2]), connect_timeout_s=1.0, retries=2,
+                    retry_delay_s=0.1)
+try:
+    SshTransport(board).run(["true"], timeout=5)
+except TransportError as exc:
+    print(exc)
+"""
+
+
+_DROPPED = r"connection dropped by the server \([^()]+\)"
+
+
+@pytest.mark.parametrize(("mode", "reason"), [
+    ("silent", re.escape("no SSH banner from 127.0.0.1:{port} within 1 s — is this an SSH "
+                         "server?")),
+    ("close", re.escape("connection dropped by the server (before its SSH banner: it closed "
+                        "the connection)")),
+    # a reset races the banner read: each attempt names its cause, whichever it was
+    ("reset", f"{_DROPPED}(; then {_DROPPED})?"),
+], ids=["silent", "close", "reset"])
+def test_not_an_ssh_server_is_one_line_and_no_traceback(sshd: SshServer, mode: str,
+                                                        reason: str) -> None:
+    """A plain process, as the CLI or a library user runs it (no logging set up):
+    paramiko's handshake tracebacks must not reach stderr; the failure is one line."""
+    with fake_server(mode) as port:
+        run = subprocess.run([sys.executable, "-c", _CONNECT, str(port),
+                              str(sshd.client_key)], capture_output=True, text=True,
+                             timeout=120, cwd=Path(__file__).parents[2])
+    assert run.stderr == "", run.stderr                 # no "Traceback", no paramiko lines
+    why = reason.replace(r"\{port\}", str(port))
+    assert re.fullmatch(rf"board odd unreachable: {why} \(during run true, 3 attempts\)\n",
+                        run.stdout), run.stdout
+    if mode == "reset":
+        assert "Connection reset by peer" in run.stdout or "closed the connection" in run.stdout
+
+
+def test_paramiko_tracebacks_go_to_debug(sshd: SshServer,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    board = sshd.board(name="odd", connect_timeout_s=1.0, retries=0)
+    with fake_server("silent") as port, caplog.at_level("DEBUG"):
+        t = SshTransport(replace(board, port=port))
+        with pytest.raises(TransportError, match="no SSH banner"):
+            t.run(["true"], timeout=5)
+    paramiko_records = [r for r in caplog.records if r.name.startswith("paramiko")]
+    assert any("Traceback" in r.getMessage() for r in paramiko_records)   # kept, for -vv
+    assert {r.levelname for r in paramiko_records} == {"DEBUG"}
