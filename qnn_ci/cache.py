@@ -6,15 +6,19 @@ import dataclasses
 import hashlib
 import json
 import os
-from functools import cache
+import time
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.results import StageResult
 
+# A file whose mtime is this close to now may still change without its mtime or
+# size changing (the clock ticks coarser than writes): not memoised ("racy git").
+_RACY_S = 2.0
+_MEMO: dict[tuple[str, int, int, int, int], str] = {}
 
-@cache
-def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+
+def _hash_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 22):
@@ -23,9 +27,18 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes (memoised by path, size and mtime)."""
+    """sha256 of a file's bytes, memoised by path, inode, size, mtime and ctime once the
+    file is older than a couple of seconds (so a same-size rewrite within one clock
+    tick is never hidden)."""
     st = path.stat()
-    return _file_digest(str(path), st.st_size, st.st_mtime_ns)
+    memo_key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    known = _MEMO.get(memo_key)
+    if known is not None:
+        return known
+    value = _hash_file(path)
+    if time.time() - max(st.st_mtime, st.st_ctime) > _RACY_S:
+        _MEMO[memo_key] = value
+    return value
 
 
 def _jsonable(value: Any) -> Any:

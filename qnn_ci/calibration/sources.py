@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from qnn_ci.calibration.input_list import read_raw, write_raw
+from qnn_ci.calibration.project_modules import import_closure, refresh, remember
 from qnn_ci.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,10 @@ def load_generator(spec: str, base_dir: Path, *, key: str = "calibration.generat
     error in the user's module is bad input, reported in one line."""
     module_name, _, func_name = spec.partition(":")
     _evict_foreign(module_name, base_dir)
+    closure = import_closure(module_name, base_dir)
     with _on_path(base_dir):
+        if closure is not None:
+            refresh(closure)    # an edited project module is imported afresh
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -72,6 +76,8 @@ def load_generator(spec: str, base_dir: Path, *, key: str = "calibration.generat
         except Exception as exc:
             raise UserError(f"generator module {module_name!r} failed to import: "
                             f"{_describe(exc)}", key=key) from None
+    if closure is not None:
+        remember(closure)
     func = getattr(module, func_name, None)
     if not callable(func):
         raise UserError(f"{module_name} has no function {func_name!r}", key=key)

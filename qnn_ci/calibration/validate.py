@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from qnn_ci.calibration.input_list import parse_input_list, resolve_line
+from qnn_ci.calibration.input_list import explain_split, parse_input_list, resolve_line
+from qnn_ci.calibration.list_tokens import UnwritableInputList, check_names
 from qnn_ci.errors import UserError
 from qnn_ci.onnx_io import TensorIO
 from qnn_ci.results import Finding, Severity
@@ -130,8 +131,9 @@ def validate_input_list(path: Path, inputs: list[TensorIO],
             raise UserError(f"input {io.name!r} has no static shape "
                             f"(dims {list(io.dims or [])}): pin it with --dim "
                             f"{io.name}=d0,d1,...")
-    parsed = parse_input_list(path)
     names = [io.name for io in inputs]
+    check_names(names, file=path)
+    parsed = parse_input_list(path)
     by_name = {io.name: io for io in inputs}
     findings: list[Finding] = []
     synthetic = SyntheticCheck()
@@ -142,6 +144,8 @@ def validate_input_list(path: Path, inputs: list[TensorIO],
     for line in parsed.lines:
         try:
             sample = resolve_line(line, names, source=path)
+        except UnwritableInputList:
+            raise
         except UserError as exc:
             flag("inputs.line", exc.message, line.lineno)
             continue
@@ -153,6 +157,8 @@ def validate_input_list(path: Path, inputs: list[TensorIO],
         for name, p in sample.items():
             if name not in by_name:
                 continue
+            if not (p.is_absolute() and p.is_file()):
+                explain_split(line, names, source=path)   # `/my project/x.raw`: say so
             if not p.is_absolute():
                 flag("inputs.relative_path", f"{name}: path {p} is not absolute (the SDK "
                      "tools resolve it against their own working directory)", line.lineno, name)

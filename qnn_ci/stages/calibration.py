@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.cache import file_digest
-from qnn_ci.calibration.input_list import read_input_list, write_input_list
+from qnn_ci.calibration.depends import depends_digests
+from qnn_ci.calibration.input_list import (
+    parse_input_list,
+    read_input_list,
+    write_input_list,
+)
+from qnn_ci.calibration.list_tokens import check_names, check_work_path
+from qnn_ci.calibration.project_modules import import_closure, package_versions
 from qnn_ci.calibration.sources import (
     Expected,
     UpstreamRunner,
@@ -31,6 +38,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GENERATED_SAMPLES = 100
 DEFAULT_GENERATED_HELD_OUT = 4
+
+
+def _digest_or_name(path: Path) -> str:
+    try:
+        return file_digest(path) if path.is_file() else str(path)
+    except OSError:
+        return f"unreadable {path}"
 
 
 def expected_inputs(ctx: StageContext) -> list[Expected]:
@@ -55,25 +69,39 @@ class CalibrationStage(Stage):
         return None
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        """The generator's project modules (transitively imported) and the versions of
+        the packages it imports, the `depends:` files, the raw files of an input list."""
         c = ctx.export.calibration
+        base = ctx.export.manifest.parent
+        key = f"exports.{ctx.export.name}.calibration"
         fp: dict[str, Any] = {}
         if c.generator:
-            func = load_generator(c.generator, ctx.export.manifest.parent,
-                                  key=f"exports.{ctx.export.name}.calibration.generator")
+            func = load_generator(c.generator, base, key=f"{key}.generator")
+            closure = import_closure(c.generator.partition(":")[0], base)
+            files = dict(closure.files) if closure else {}
             code = getattr(func, "__code__", None)
             if code is not None and Path(code.co_filename).is_file():
-                fp["generator_source"] = file_digest(Path(code.co_filename))
+                files.setdefault("<generator>", Path(code.co_filename).resolve())
+            label = closure.label if closure else str
+            fp["generator_modules"] = {label(f): file_digest(f) for f in files.values()}
+            fp["generator_packages"] = package_versions(closure.third_party if closure
+                                                        else ())
+        if c.depends:
+            fp["depends"] = depends_digests(c.depends, base, key=f"{key}.depends")
         if c.input_list:
-            # Content of every raw file named by the list.
-            names = [i.name for i in ctx.export.inputs.values()]
-            fp["raw"] = [{k: file_digest(p) if p.is_file() else str(p) for k, p in s.items()}
-                         for s in read_input_list(c.input_list, names)]
+            # Content of every raw file named by the list (the list's own bytes are in
+            # the settings: `input_list` is a path, hashed by content).
+            fp["raw"] = [[(n, _digest_or_name(Path(p))) for n, p in line.entries]
+                         for line in parse_input_list(c.input_list).lines]
         return fp
 
     def run(self, ctx: StageContext) -> StageResult:
         export, c = ctx.export, ctx.export.calibration
         expected = expected_inputs(ctx)
         names = [e.name for e in expected]
+        # A name or work folder no input list can carry fails here, before any sample.
+        check_names(names)
+        check_work_path(ctx.workdir)
         raw_dir = ctx.workdir / "raw"
         raw_dir.mkdir()
         findings: list[Finding] = []
