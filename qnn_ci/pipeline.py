@@ -243,15 +243,23 @@ class Pipeline:
                            findings=[Finding("input", exc.oneline())])
 
     def _crash(self, stage: Stage, ctx: StageContext, exc: Exception) -> StageResult:
-        """A bug in a stage must not take down the run; the result is not cached."""
+        """A bug in a stage must not take down the run; the result is not cached. It
+        fails the stage (what needs it is blocked) and marks the result as an internal
+        error (``qnn_ci.internal_error``): `qnn-ci run` exits 3 for it, pytest too."""
+        from qnn_ci.internal_error import INTERNAL_ERROR, describe
+
         crash_log = ctx.workdir / "crash.log"
-        crash_log.write_text(traceback.format_exc(), "utf-8")
-        msg = (f"internal error in stage {stage.name}: {type(exc).__name__}: {exc} "
-               f"(traceback in {crash_log})")
+        try:
+            crash_log.write_text("".join(traceback.format_exception(exc)), "utf-8")
+            where = f"traceback in {crash_log}"
+        except OSError as write_exc:
+            where = f"traceback not saved: {write_exc}"
+        msg = f"internal error in stage {stage.name}: {describe(exc)} ({where}; please report it)"
         log.error("%s", msg)
         return StageResult(stage.name, Status.FAILED, msg,
                            findings=[Finding("internal", msg, Severity.ERROR)],
-                           artefacts={"crash_log": str(crash_log)}, data={NO_CACHE: True})
+                           artefacts={"crash_log": str(crash_log)},
+                           data={NO_CACHE: True, INTERNAL_ERROR: str(crash_log)})
 
     def _run_stage(self, stage: Stage, ctx: StageContext) -> StageResult:
         try:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from qnn_ci.errors import UserError
+from qnn_ci.internal_error import INTERNAL_ERROR, crash_log, oneline, write_log
 from qnn_ci.manifest import MANIFEST_NAMES
 from qnn_ci.pipeline import STAGE_ORDER, Pipeline
 from qnn_ci.report.junit import property_value
@@ -125,11 +126,21 @@ class ManifestFile(pytest.File):
         except UserError as exc:
             yield ManifestError.from_parent(self, name="manifest", error=exc)
             return
+        except Exception as exc:  # a bug in qnn-ci: one failing item, the other manifests run
+            yield InternalErrorItem.from_parent(self, name="internal-error", error=exc,
+                                                log=write_log(exc, self._workdir()))
+            return
         opened = cache[self.path]
         for name in opened.selected:
             yield ExportCollector.from_parent(self, name=name,
                                               export=opened.pipeline.exports[name],
                                               pipeline=opened.pipeline)
+
+    def _workdir(self) -> Path | None:
+        try:
+            return _options(self.config).workdir
+        except Exception:
+            return None
 
 
 class ManifestError(pytest.Item):
@@ -156,6 +167,33 @@ class ManifestError(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, (self.error.line or 1) - 1, "manifest"
+
+
+class InternalErrorItem(pytest.Item):
+    """qnn-ci crashed on a manifest (a bug, not bad input): one failing item with a
+    one-line pointer to the traceback's log file; the session exits 3."""
+
+    def __init__(self, *, error: Exception, log: Path | None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.line = oneline("qnn-ci", error, log)
+        self.add_marker("qnn")
+        self.user_properties += [
+            ("qnn.export", "(manifest)"), ("qnn.stage", "internal-error"),
+            ("qnn.status", Status.ERROR.value), ("qnn.summary", self.line),
+            ("qnn.manifest", str(self.path)), ("qnn.line", 1),
+            ("qnn.internal_error", str(log or "")), ("qnn.finding", f"[internal] {self.line}")]
+
+    def runtest(self) -> None:
+        raise QnnFailure(self.line)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, QnnFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, 0, "internal-error"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -216,6 +254,8 @@ class StageItem(pytest.Item):
         ]
         props += [(f"qnn.{k}", property_value(v)) for k, v in r.properties.items()]
         props += [(f"qnn.artefact.{k}", v) for k, v in r.artefacts.items()]
+        if crash_log(r):   # the stage crashed: a bug in qnn-ci (the session exits 3)
+            props.append(("qnn.internal_error", crash_log(r)))
         props += [("qnn.finding" if f.severity == Severity.ERROR else "qnn.warning",
                    f"[{f.check}] {f.message}") for f in r.findings
                   if f.severity != Severity.INFO]
@@ -269,11 +309,24 @@ class _Reporter:
                         if key == "qnn.finding"]
             res = StageResult(p["qnn.stage"], status, p.get("qnn.summary", ""),
                               findings=findings, cached=bool(p.get("qnn.cached")))
+            if p.get("qnn.internal_error"):
+                res.data[INTERNAL_ERROR] = p["qnn.internal_error"]
             rows.append(Row(Path(p["qnn.manifest"]), p["qnn.export"], int(p["qnn.line"]), res))
         # Workers finish in any order: show manifests, exports and stages in order.
         order = {name: i for i, name in enumerate(("manifest", *STAGE_ORDER))}
         rows.sort(key=lambda r: (str(r.manifest), r.line, order.get(r.result.stage, 99)))
         return rows
+
+    def _internal_errors(self) -> list[dict[str, Any]]:
+        return [p for p in self.rows if "qnn.internal_error" in p]
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A stage that crashed is a bug in qnn-ci, not a failed check: exit 3
+        (pytest's INTERNAL_ERROR, as `qnn-ci run`) rather than 1."""
+        if hasattr(self.config, "workerinput") or not self._internal_errors():
+            return
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if hasattr(self.config, "workerinput") or not self.rows:
@@ -281,6 +334,11 @@ class _Reporter:
         rows = self._rows()
         terminalreporter.write_sep("=", "qnn-ci summary")
         terminalreporter.write_line(terminal_table(rows))
+        for p in self._internal_errors():
+            where = p["qnn.internal_error"] or "no log could be written"
+            terminalreporter.write_line(
+                f"qnn-ci: internal error in {p['qnn.export']}::{p['qnn.stage']} (traceback "
+                f"in {where}; please report it)", red=True)
         if os.environ.get("GITHUB_ACTIONS") == "true":
             for line in annotations(rows, root=Path(self.config.rootpath)):
                 terminalreporter.write_line(line)

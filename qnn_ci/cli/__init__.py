@@ -4,7 +4,10 @@ Each sub-command lives in its own module under ``qnn_ci.cli`` and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only
 when their command runs, so ``qnn-ci --help`` stays fast.
 
-Exit status everywhere: 0 clean, 1 findings / failures, 2 bad input.
+Exit status everywhere: 0 clean, 1 findings / failures, 2 bad input (one line),
+3 internal error (a bug in qnn-ci: one line on stderr, the traceback in
+``<workdir>/qnn-ci-internal-error-*.log`` or a temporary file), 130 SIGINT,
+143 SIGTERM (see ``qnn_ci.interrupts``).
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import argparse
 import importlib
 import logging
 import sys
+from pathlib import Path
 
-from qnn_ci import __version__
+from qnn_ci import __version__, interrupts
 from qnn_ci.errors import UserError
+from qnn_ci.internal_error import EXIT_INTERNAL, InternalError, oneline, write_log
 
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -58,32 +63,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    with interrupts.stop_on_signals():
+        return _main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
+    for stream in (sys.stdout, sys.stderr):   # a non-UTF-8 file or tensor name must not
+        if hasattr(stream, "reconfigure"):    # crash a print (UnicodeEncodeError)
+            stream.reconfigure(errors="backslashreplace")
     top = build_parser()
     # Find the sub-command without importing every module.
     known, rest = top.parse_known_args(argv)
     if not known.command:
         top.print_help()
         return 2
-    module_name, help_text = COMMANDS[known.command]
-    module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"qnn-ci {known.command}", description=help_text)
-    parser.add_argument("-v", "--verbose", action="count", default=known.verbose)
-    module.add_arguments(parser)
-    args = parser.parse_args(rest)
-    _setup_logging(args.verbose)
+    command = f"qnn-ci {known.command}"
+    args: argparse.Namespace | None = None
     try:
+        module_name, help_text = COMMANDS[known.command]
+        module = importlib.import_module(module_name)
+        parser = argparse.ArgumentParser(prog=command, description=help_text)
+        parser.add_argument("-v", "--verbose", action="count", default=known.verbose)
+        module.add_arguments(parser)
+        args = parser.parse_args(rest)
+        _setup_logging(args.verbose)
         return int(module.run(args))
     except UserError as exc:
-        print(f"qnn-ci {known.command}: error: {exc.oneline()}", file=sys.stderr)
+        print(f"{command}: error: {exc.oneline()}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path the user gave cannot be read or written
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"qnn-ci {known.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"{command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"qnn-ci {known.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:   # SIGINT; SIGTERM arrives as interrupts.Terminated
+        print(f"{command}: {interrupts.reason(exc)}", file=sys.stderr)
+        return interrupts.exit_status(exc)
+    except InternalError as exc:       # already in the report and its log file
+        print(oneline(command, exc.exc, exc.log), file=sys.stderr)
+        return EXIT_INTERNAL
+    except Exception as exc:           # a bug in qnn-ci: one line, the traceback in a file
+        workdir = getattr(args, "workdir", None)
+        log_path = write_log(exc, workdir if isinstance(workdir, Path) else None)
+        print(oneline(command, exc, log_path), file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,13 +7,22 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from qnn_ci import interrupts
 from qnn_ci.errors import UserError
+from qnn_ci.internal_error import EXIT_INTERNAL, InternalError, crash_log, oneline, write_log
 from qnn_ci.manifest import find_manifests
 from qnn_ci.pipeline import STAGE_ORDER, Event
-from qnn_ci.report.junit import JUnitWriter, testcase
-from qnn_ci.report.summary import Row, annotations, markdown_summary, terminal_table
+from qnn_ci.report.junit import JUnitWriter, internal_error_case, testcase
+from qnn_ci.report.summary import (
+    Row,
+    annotations,
+    markdown_summary,
+    run_annotation,
+    terminal_table,
+)
 from qnn_ci.results import Finding, StageResult, Status
 from qnn_ci.session import (
     DEFAULT_WORKDIR,
@@ -49,6 +58,17 @@ def _manifest_error_row(path: Path, exc: UserError) -> Row:
     return Row(path, "(manifest)", exc.line or 1, result)
 
 
+@dataclass
+class Progress:
+    """What ran so far: the rows to report, the (manifest, export, stage) keys done
+    and the stage running now (for the not-run list of an interrupted run)."""
+
+    rows: list[Row] = field(default_factory=list)
+    done: set[tuple[Path, str, str]] = field(default_factory=set)
+    running: tuple[Path, str, str] | None = None
+    opened: list[Opened] = field(default_factory=list)
+
+
 def run(args: argparse.Namespace) -> int:
     paths = find_manifests(args.manifests)
     opts = Options(workdir=args.workdir, sdk_root=args.sdk_root, board=args.board,
@@ -56,10 +76,9 @@ def run(args: argparse.Namespace) -> int:
                    exports=args.export)
     # The report exists from the start: whatever happens next, it says what ran.
     writer = JUnitWriter(args.junit) if args.junit else None
-    rows: list[Row] = []
+    progress = Progress()
     try:
         # Load every manifest first: bad input is reported before anything runs.
-        opened: list[Opened] = []
         seen: dict[str, Path] = {}
         for p in paths:
             if not p.is_file():
@@ -74,50 +93,114 @@ def run(args: argparse.Namespace) -> int:
                     writer.add(testcase(p, row.export, row.line, row.result))
                 _github([row])
                 raise
-            opened.append(o)
-        check_selection(opened, args.export)
-        _run_all(opened, args, rows, writer)
-    except KeyboardInterrupt:
-        if writer:
-            writer.write(interrupted="interrupted by the user")
+            progress.opened.append(o)
+        check_selection(progress.opened, args.export)
+        _run_all(progress, args, writer)
+    except KeyboardInterrupt as exc:   # SIGINT, or SIGTERM as interrupts.Terminated
+        _stopped(progress, args, writer, interrupts.reason(exc))
         raise
     except UserError:
         raise
-    except Exception as exc:
-        if writer:
-            writer.write(interrupted=f"qnn-ci crashed: {type(exc).__name__}: {exc}")
-        raise
-    _report(rows, as_json=args.json)
-    statuses = {r.result.status for r in rows}
+    except Exception as exc:   # a bug in qnn-ci: say so in the report, then exit 3
+        log_path = write_log(exc, args.workdir)
+        _stopped(progress, args, writer, "qnn-ci internal error", crash=(exc, log_path))
+        raise InternalError(exc, log_path) from exc
+    with interrupts.deferred():   # a signal now waits until the report is whole
+        _report(progress.rows, as_json=args.json)
+    crashed = [r for r in progress.rows if crash_log(r.result)]
+    for r in crashed:
+        print(f"qnn-ci run: {r.export}::{r.result.stage}: {r.result.summary}", file=sys.stderr)
+    if crashed:
+        return EXIT_INTERNAL
+    statuses = {r.result.status for r in progress.rows}
     if Status.ERROR in statuses:
         return 2
     return 1 if Status.FAILED in statuses else 0
 
 
-def _run_all(opened: list[Opened], args: argparse.Namespace, rows: list[Row],
-             writer: JUnitWriter | None) -> None:
+def _expected(o: Opened, export: str, only: set[str] | None) -> list[str]:
+    """The stages of ``export`` a run with ``--stage only`` reports: the selected
+    ones and what they need, in pipeline order."""
+    names = o.pipeline.stage_names(o.pipeline.exports[export])
+    if only is None:
+        return names
+    want = set(only) & set(names)
+    todo = list(want)
+    while todo:
+        stage = o.pipeline.stages.get(todo.pop())
+        for need in stage.needs if stage else ():
+            if need in names and need not in want:
+                want.add(need)
+                todo.append(need)
+    return [n for n in names if n in want]
+
+
+def not_run(progress: Progress, only: set[str] | None, why: str) -> list[Row]:
+    """Rows for every stage of a selected export that did not finish: the one
+    running when the run stopped is an error, the rest are skipped "not run"."""
+    rows: list[Row] = []
+    for o in progress.opened:
+        for name in o.selected:
+            export = o.pipeline.exports[name]
+            for stage in _expected(o, name, only):
+                key = (o.manifest.path, name, stage)
+                if key in progress.done:
+                    continue
+                if key == progress.running:
+                    result = StageResult(stage, Status.ERROR, f"stopped while running: {why}",
+                                         data={"not_run": why})
+                else:
+                    result = StageResult(stage, Status.SKIPPED, f"not run: {why}",
+                                         data={"not_run": why})
+                rows.append(Row(o.manifest.path, name, export.line, result))
+    return rows
+
+
+def _stopped(progress: Progress, args: argparse.Namespace, writer: JUnitWriter | None,
+             why: str, *, crash: tuple[Exception, Path | None] | None = None) -> None:
+    """The run stopped early (a signal, or ``crash``: a bug and its log file): the
+    report lists what ran, then every stage that did not, and says why. Nothing goes
+    to stdout (with --json there is no JSON rather than a partial one)."""
+    rows = progress.rows + not_run(progress, set(args.stage) or None, why)
+    line = oneline("qnn-ci run", crash[0], crash[1]) if crash else None
+    if writer:
+        writer.cases = [testcase(r.manifest, r.export, r.line, r.result) for r in rows]
+        if crash:
+            writer.cases.append(internal_error_case(*crash))
+            writer.write(internal_error=str(crash[1] or line))
+        else:
+            writer.write(interrupted=why)
+    _github(rows, interrupted=None if crash else why, internal_error=line, to_stderr=True)
+
+
+def _run_all(progress: Progress, args: argparse.Namespace, writer: JUnitWriter | None) -> None:
     only = set(args.stage) or None
     # Progress on stderr (a stage can take minutes): each stage as it ends, and on a
     # terminal also as it starts. With -v, logging says the same.
     quiet = log.isEnabledFor(logging.INFO)
-    progress = not quiet
+    show = not quiet
     starts = sys.stderr.isatty() and not quiet
-    for o in opened:
+    for o in progress.opened:
         selected = set(o.selected)
 
         def record(ev: Event, o: Opened = o, selected: set[str] = selected) -> None:
-            if progress:
+            key = (o.manifest.path, ev.export, ev.stage)
+            if progress.running == key:
+                progress.running = None
+            if show:
                 took = "cached" if ev.result.cached else f"{ev.result.duration_s:.1f} s"
                 print(f"  {ev.export}::{ev.stage}: {ev.result.status.value} ({took})",
                       file=sys.stderr, flush=True)
             if ev.export not in selected:
                 return  # an upstream of a selected export's `from:` chain
             export = o.pipeline.exports[ev.export]
-            rows.append(Row(o.manifest.path, ev.export, export.line, ev.result))
+            progress.rows.append(Row(o.manifest.path, ev.export, export.line, ev.result))
+            progress.done.add(key)
             if writer:
                 writer.add(testcase(o.manifest.path, ev.export, export.line, ev.result))
 
-        def started(export: str, stage: str) -> None:
+        def started(export: str, stage: str, o: Opened = o) -> None:
+            progress.running = (o.manifest.path, export, stage)
             if starts:
                 print(f"  {export}::{stage}: running ...", file=sys.stderr, flush=True)
 
@@ -133,15 +216,26 @@ def _report(rows: list[Row], *, as_json: bool) -> None:
                            **r.result.to_dict()} for r in rows], indent=1, default=str))
     else:
         print(terminal_table(rows))
-    _github(rows)
+    _github(rows, to_stderr=as_json)
 
 
-def _github(rows: list[Row]) -> None:
-    """Annotations and the job summary, when running in GitHub Actions."""
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        for line in annotations(rows, root=Path.cwd()):
-            print(line)
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(markdown_summary(rows))
+def _github(rows: list[Row], *, interrupted: str | None = None,
+            internal_error: str | None = None, to_stderr: bool = False) -> None:
+    """Annotations and the job summary, when running in GitHub Actions. The runner
+    reads workflow commands on stderr too: they go there when stdout is JSON."""
+    if os.environ.get("GITHUB_ACTIONS") != "true":
+        return
+    out = sys.stderr if to_stderr else sys.stdout
+    lines = annotations([r for r in rows if "not_run" not in r.result.data], root=Path.cwd())
+    if interrupted:
+        lines.append(run_annotation(f"run {interrupted}; the stages not run are listed in "
+                                    "the report"))
+    if internal_error:
+        lines.append(run_annotation(internal_error, title="qnn-ci internal error"))
+    for line in lines:
+        print(line, file=out, flush=True)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8", errors="replace") as fh:
+            fh.write(markdown_summary(rows, interrupted=interrupted,
+                                      internal_error=internal_error))

@@ -7,6 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from qnn_ci.internal_error import crash_log
 from qnn_ci.results import StageResult, Status
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -25,6 +26,14 @@ class Row:
     result: StageResult
 
 
+def _mark(r: StageResult) -> str:
+    return "CRASH" if crash_log(r) else _MARK[r.status]
+
+
+def _icon(r: StageResult) -> str:
+    return "💥 internal error" if crash_log(r) else f"{_ICON[r.status]} {r.status.value}"
+
+
 def terminal_table(rows: list[Row], *, width: int | None = None) -> str:
     """Exports x stages with each stage's key number; rows cut to the terminal width
     (a failure is never cut)."""
@@ -40,7 +49,7 @@ def terminal_table(rows: list[Row], *, width: int | None = None) -> str:
         note = r.summary.replace("\n", " ")
         if r.cached:
             note = f"(cached) {note}"
-        text = f"  {_MARK[r.status]:<5} {r.stage:<14} {note}"
+        text = f"  {_mark(r):<5} {r.stage:<14} {note}"
         if r.status in (Status.FAILED, Status.ERROR):
             out.append(text)  # a failure is shown whole, with its findings
             out += [f"{'':22}- {f.message}" for f in r.errors()[:8]
@@ -57,8 +66,11 @@ def _cell(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def markdown_summary(rows: list[Row], *, title: str = "qnn-ci") -> str:
-    """One table per export, exports with failures first; truncated to fit."""
+def markdown_summary(rows: list[Row], *, title: str = "qnn-ci", interrupted: str | None = None,
+                     internal_error: str | None = None) -> str:
+    """One table per export, exports with failures first; truncated to fit. An
+    ``interrupted`` run (the reason) or one that crashed (``internal_error``: the
+    one-line report) says so first."""
     by_export: dict[tuple[Path, str], list[Row]] = {}
     for row in rows:
         by_export.setdefault((row.manifest, row.export), []).append(row)
@@ -69,8 +81,13 @@ def markdown_summary(rows: list[Row], *, title: str = "qnn-ci") -> str:
         return rank, item[0][1]
 
     counts = {s: sum(r.result.status == s for r in rows) for s in Status}
-    head = [f"## {title}", "",
-            " · ".join(f"{_ICON[s]} {counts[s]} {s.value}" for s in Status if counts[s]), ""]
+    head = [f"## {title}", ""]
+    if interrupted:
+        head += [f"> ⚠️ **Run interrupted** ({_cell(interrupted)}): stages marked "
+                 "\"not run\" did not run.", ""]
+    if internal_error:
+        head += [f"> 💥 **qnn-ci internal error**: {_cell(internal_error, 600)}", ""]
+    head += [" · ".join(f"{_ICON[s]} {counts[s]} {s.value}" for s in Status if counts[s]), ""]
     parts: list[str] = []
     size = sum(len(h) + 1 for h in head)
     omitted = 0
@@ -80,21 +97,31 @@ def markdown_summary(rows: list[Row], *, title: str = "qnn-ci") -> str:
         failed_first = sorted(erows, key=lambda r: r.result.status not in
                               (Status.FAILED, Status.ERROR))
         for r in failed_first:
-            block.append(f"| `{r.result.stage}` | {_ICON[r.result.status]} "
-                         f"{r.result.status.value} | {_cell(r.result.summary)} |")
+            block.append(f"| `{r.result.stage}` | {_icon(r.result)} "
+                         f"| {_cell(r.result.summary)} |")
             for f in r.result.errors()[:5]:
                 block.append(f"| | | ↳ {_cell(f.message, 200)} |")
         block.append("")
         text = "\n".join(block) + "\n"
-        if size + len(text.encode()) > _BUDGET:
+        if size + _size(text) > _BUDGET:
             omitted += 1
             continue
         parts.append(text)
-        size += len(text.encode())
+        size += _size(text)
     if omitted:
         parts.append(f"_{omitted} export(s) omitted to stay under the 1 MiB job-summary "
                      "limit; see the JUnit report._\n")
-    return "\n".join(head) + "\n" + "".join(parts)
+    # Whatever the names hold (lone surrogates from undecodable file names included),
+    # the summary can be written as UTF-8.
+    return _utf8("\n".join(head) + "\n" + "".join(parts))
+
+
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "replace"))
 
 
 def _escape_data(text: str) -> str:
@@ -122,3 +149,8 @@ def annotations(rows: list[Row], *, root: Path | None = None) -> list[str]:
         out.append(f"::error file={_escape_prop(str(file))},line={row.line},"
                    f"title={_escape_prop(title)}::{_escape_data(r.failure_text() or r.summary)}")
     return out
+
+
+def run_annotation(message: str, *, title: str = "qnn-ci") -> str:
+    """An `::error` workflow command about the whole run (no file)."""
+    return f"::error title={_escape_prop(title)}::{_escape_data(message)}"
