@@ -177,6 +177,9 @@ def test_the_last_step_names_what_failed() -> None:
     proc = last_step("1")
     assert proc.returncode == 1
     assert "(pytest exit status 1)" in proc.stdout
+    proc = last_step("3")
+    assert proc.returncode == 1
+    assert "internal error" in proc.stdout and "failed check" in proc.stdout
 
 
 def test_action_run_step_as_the_runner_runs_it(tmp_path: Path) -> None:
