@@ -172,7 +172,8 @@ def test_hostile_names_in_inputs_and_work_root(board: Board, library: Path,
 def test_an_input_path_with_spaces_is_a_user_error(board: Board, library: Path,
                                                    tmp_path: Path) -> None:
     lst = write_samples(tmp_path / "in put", 1)
-    with pytest.raises(UserError, match=r"input_list.txt:1: mixes"):
+    with pytest.raises(UserError, match=r"input_list.txt:1: path '.*in put/x_0.raw' contains "
+                                        r"a space.*folder without whitespace"):
         _run(board, library, lst, tmp_path / "wd")
     assert sorted(p.name for p in board.work_root.iterdir()) == ["keep-me"]
 
