@@ -13,6 +13,7 @@ the comparison reads both backends the same way and memory stays bounded.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -84,9 +85,26 @@ def _native_type(t: NetTensor) -> NativeType | str:
     if q.get("definition") != DEFINED:
         return f"{t.data_type} without a defined encoding: no scale/offset to dequantize with"
     if q.get("encoding") not in SCALE_OFFSET_ENCODINGS or "scale" not in q:
-        return (f"{t.data_type} with encoding {q.get('encoding')!r} (per-axis?): only "
-                "scale/offset encodings are dequantized")
-    return NativeType(t.name, t.data_type, dtype, float(q["scale"]), int(q.get("offset", 0)))
+        return (f"{t.data_type} with encoding {str(q.get('encoding'))[:40]!r} (per-axis?): "
+                "only scale/offset encodings are dequantized")
+    scale, offset = _number(q["scale"]), _number(q.get("offset", 0))
+    if scale is None or not scale > 0:
+        return (f"{t.data_type} with scale {str(q['scale'])[:40]!r}: not a positive finite "
+                "number")
+    if offset is None or not offset.is_integer():
+        return f"{t.data_type} with offset {str(q.get('offset'))[:40]!r}: not an integer"
+    return NativeType(t.name, t.data_type, dtype, scale, int(offset))
+
+
+def _number(v: object) -> float | None:
+    """A finite JSON number as float, None for anything else."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
 
 
 def native_types(net_json: Path, outputs: Iterable[str]

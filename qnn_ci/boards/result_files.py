@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qnn_ci.compare.outputs import NATIVE_SUFFIX, match_names
+from qnn_ci.compare.outputs import NATIVE_SUFFIX, RESULT_DIR, match_names
 from qnn_ci.results import Finding
 
 _CHUNK = 4 * 1024 * 1024   # elements per NaN-scan chunk
@@ -32,18 +32,21 @@ class ExpectedOutput:
 
 
 def result_files(out_dir: Path) -> dict[int, dict[str, Path]]:
-    """{sample: {relative output file (no .raw): path}} for every Result_N folder."""
+    """{sample: {relative output file (no .raw): path}} for every Result_N folder.
+    Only regular files count (a folder, FIFO or device named ``*.raw`` is not an
+    output); of ``Result_3`` and ``Result_03`` the first in name order is kept."""
     found: dict[int, dict[str, Path]] = {}
     if not out_dir.is_dir():
         return found
-    for rdir in out_dir.iterdir():
-        if not (rdir.is_dir() and rdir.name.startswith("Result_")
-                and rdir.name[7:].isdigit()):
+    for rdir in sorted(out_dir.iterdir()):
+        m = RESULT_DIR.match(rdir.name)
+        if m is None or not rdir.is_dir() or int(m.group(1)) in found:
             continue
         files = {}
         for f in sorted(rdir.rglob("*.raw")):
-            files[f.relative_to(rdir).as_posix()[:-4]] = f
-        found[int(rdir.name[7:])] = files
+            if f.is_file():
+                files[f.relative_to(rdir).as_posix()[:-4]] = f
+        found[int(m.group(1))] = files
     return found
 
 

@@ -56,9 +56,12 @@ def parse_dims(values: list[str]) -> dict[str, tuple[int, ...]]:
         parts = [p.strip() for p in rest.split(",")] if rest.strip() else []
         shape: list[int] = []
         for p in parts:
-            if not re.fullmatch(r"[+-]?\d+", p):
-                raise UserError(f"dim {p!r} is not an integer; give whole numbers like "
+            if not re.fullmatch(r"[+-]?[0-9]+", p):
+                raise UserError(f"dim {p[:40]!r} is not an integer; give whole numbers like "
                                 "1,3,224,224", key=key)
+            if len(p.lstrip("+-0")) > 19:
+                raise UserError(f"dim {p[:40]}... is larger than ONNX allows (2^63 - 1)",
+                                key=key)
             shape.append(int(p))
         dims[name] = tuple(shape)
     return dims
@@ -75,28 +78,37 @@ def parse_feeds(values: list[str]) -> dict[str, np.ndarray]:
         if name in feeds:
             raise UserError("given twice; give each input once", key=key)
         if _NUMBER.match(value):
-            feeds[name] = np.array(float(value) if any(c in value for c in ".eE")
-                                   else int(value))
+            if any(c in value for c in ".eE"):
+                feeds[name] = np.array(float(value))
+            elif len(value.lstrip("+-0")) > 18:
+                raise UserError(f"{value[:40]} is too large for an integer input", key=key)
+            else:
+                feeds[name] = np.array(int(value))
             continue
         path = Path(value)
         if not path.is_file():
             raise UserError(f"file not found: {path}", key=key)
         try:
-            loaded = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise UserError(f"cannot read {path} as .npy/.npz: {exc}", key=key) from None
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded:
-                if name in loaded.files:
-                    feeds[name] = loaded[name]
-                elif len(loaded.files) == 1:
-                    feeds[name] = loaded[loaded.files[0]]
-                else:
-                    raise UserError(f"{path} holds {', '.join(loaded.files)}, none named "
-                                    f"{name!r}", key=key)
-        else:
-            feeds[name] = loaded
+            feeds[name] = _load_feed(path, name, key)
+        except UserError:
+            raise
+        except Exception as exc:  # numpy/zipfile raise many types for a corrupt file
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise UserError(f"cannot read {path} as .npy/.npz: {first}", key=key) from None
     return feeds
+
+
+def _load_feed(path: Path, name: str, key: str) -> np.ndarray:
+    loaded = np.load(path, allow_pickle=False)
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+        with loaded:
+            if name in loaded.files:
+                return np.asarray(loaded[name])
+            if len(loaded.files) == 1:
+                return np.asarray(loaded[loaded.files[0]])
+            raise UserError(f"{path} holds {', '.join(loaded.files)}, none named "
+                            f"{name!r}", key=key)
+    return np.asarray(loaded)
 
 
 def parse_opset(value: str | None) -> int | None:

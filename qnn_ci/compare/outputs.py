@@ -30,10 +30,12 @@ import numpy as np
 
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity
+from qnn_ci.safe_read import check_regular
 
 log = logging.getLogger(__name__)
 
-RESULT_DIR = re.compile(r"^Result_(\d+)$")
+RESULT_DIR = re.compile(r"^Result_([0-9]+)$")
+SHOWN = 10                                # sample numbers listed in one finding
 NATIVE_SUFFIX = "_native"
 DATA_SUFFIXES = (".raw", ".npy")
 DEFAULT_RAW_DTYPE = np.dtype("float32")   # qnn-net-run writes float32 unless told otherwise
@@ -166,8 +168,13 @@ class OutputSet:
 def _npy_source(path: Path) -> ArraySource:
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read it as .npy: {exc}", file=path) from exc
+    except Exception as exc:  # numpy raises ValueError, OSError, EOFError, SyntaxError...
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise UserError(f"cannot read it as .npy: {first}", file=path) from None
+    if not isinstance(arr, np.ndarray) or arr.dtype.hasobject or arr.dtype.kind not in "biuf":
+        kind = arr.dtype if isinstance(arr, np.ndarray) else type(arr).__name__
+        raise UserError(f"holds {kind} values, not numbers; compare numeric outputs",
+                        file=path)
     offset = arr.offset if isinstance(arr, np.memmap) else path.stat().st_size
     fortran = arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous
     src = ArraySource(path, arr.dtype, npy=True, shape=tuple(arr.shape), offset=offset,
@@ -207,14 +214,20 @@ def _scan_sample(folder: Path, dtype: np.dtype | None) -> dict[str, OutputFiles]
 
 
 def _check_readable(path: Path) -> None:
+    """A folder that can be listed or a regular file; a FIFO, device or socket is
+    refused without opening it (opening a FIFO waits for a writer)."""
     if not path.exists():
         raise UserError("no such file or folder", file=path)
     try:
         if path.is_dir():
             next(path.iterdir(), None)
-        else:
-            with path.open("rb"):
-                pass
+            return
+    except OSError as exc:
+        raise UserError(f"cannot read it: {exc.strerror or exc}", file=path) from exc
+    check_regular(path, what="output file or folder")
+    try:
+        with path.open("rb"):
+            pass
     except OSError as exc:
         raise UserError(f"cannot read it: {exc.strerror or exc}", file=path) from exc
 
@@ -232,13 +245,23 @@ def load_output_set(path: str | Path, *, dtype: str | np.dtype | None = None) ->
         stem, src = _file_source(root, dt, None)
         return OutputSet(root, "file", [0], {stem: {0: OutputFiles(float=src)}})
 
-    results = {}
-    for child in root.iterdir():
+    results: dict[int, Path] = {}
+    doubles: list[str] = []
+    for child in sorted(root.iterdir()):
         m = RESULT_DIR.match(child.name)
         if m and child.is_dir():
-            results[int(m.group(1))] = child
+            n = int(m.group(1))
+            if n in results:         # Result_3 and Result_03
+                doubles.append(f"{child.name} (sample {n} is also {results[n].name})")
+                continue
+            results[n] = child
     if results:
-        return _load_net_run(root, results, dt)
+        out = _load_net_run(root, results, dt)
+        if doubles:
+            out.findings.append(Finding(
+                "compare.missing", f"{root}: {_listed(doubles)} not read: one folder per "
+                "sample number", Severity.WARNING, subject=str(root)))
+        return out
     own = RESULT_DIR.match(root.name)
     sample = int(own.group(1)) if own else 0
     found = _scan_sample(root, dt)
@@ -254,10 +277,9 @@ def _load_net_run(root: Path, results: dict[int, Path], dt: np.dtype | None) -> 
     for n in samples:
         for key, entry in _scan_sample(results[n], dt).items():
             files.setdefault(key, {})[n] = entry
-    gaps = sorted(set(range(samples[-1] + 1)) - set(samples))
+    gaps = missing_numbers(samples)
     if gaps:
-        names = ", ".join(f"Result_{g}" for g in gaps)
-        findings.append(Finding("compare.missing", f"{root}: {names} missing (found "
+        findings.append(Finding("compare.missing", f"{root}: {gaps} missing (found "
                                 f"{len(samples)} Result_N folders up to Result_{samples[-1]})",
                                 subject=str(root)))
     empty = [n for n in samples if not any(n in per for per in files.values())]
@@ -267,6 +289,42 @@ def _load_net_run(root: Path, results: dict[int, Path], dt: np.dtype | None) -> 
     if not files:
         raise UserError("the Result_N folders hold no .raw or .npy files", file=root)
     return OutputSet(root, "qnn-net-run", samples, files, findings)
+
+
+def _listed(items: list[str], shown: int = SHOWN) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+def _ranges(numbers: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct numbers as (first, last) runs."""
+    runs: list[tuple[int, int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
+
+
+def _runs_text(runs: list[tuple[int, int]], count: int) -> str:
+    words = [f"Result_{a}" if a == b else f"Result_{a}..Result_{b}" for a, b in runs]
+    return (f"{count} sample(s): " if count > 1 else "") + _listed(words)
+
+
+def missing_numbers(samples: list[int]) -> str | None:
+    """The ``Result_N`` numbers below the highest that ``samples`` (sorted) lacks, as
+    runs (``Result_1..Result_29999999``), computed from the gaps, not by
+    enumerating them; None when there are none."""
+    gaps: list[tuple[int, int]] = []
+    prev = -1
+    for n in samples:
+        if n > prev + 1:
+            gaps.append((prev + 1, n - 1))
+        prev = n
+    if not gaps:
+        return None
+    return _runs_text(gaps, sum(b - a + 1 for a, b in gaps))
 
 
 def pair_outputs(reference: OutputSet, test: OutputSet, *, ref_label: str = "reference",
@@ -296,14 +354,22 @@ def pair_samples(reference: OutputSet, test: OutputSet, *, ref_label: str = "ref
     each other whatever their ``Result_N`` numbers; otherwise by equal N."""
     if len(reference.samples) == 1 and len(test.samples) == 1:
         return [(reference.samples[0], test.samples[0])], []
-    common = sorted(set(reference.samples) & set(test.samples))
-    findings = [Finding("compare.missing", f"{test_label} {test.root} has no Result_{n} "
-                        f"({ref_label} has {len(reference.samples)} samples)",
-                        subject=f"Result_{n}")
-                for n in reference.samples if n not in test.samples]
-    extra = [n for n in test.samples if n not in reference.samples]
+    ref_set, test_set = set(reference.samples), set(test.samples)
+    common = sorted(ref_set & test_set)
+    lacking = sorted(ref_set - test_set)
+    findings: list[Finding] = []
+    if len(lacking) <= SHOWN:        # one finding per sample while they are few
+        findings += [Finding("compare.missing", f"{test_label} {test.root} has no Result_{n} "
+                             f"({ref_label} has {len(reference.samples)} samples)",
+                             subject=f"Result_{n}") for n in lacking]
+    else:
+        findings.append(Finding(
+            "compare.missing", f"{test_label} {test.root} has no "
+            f"{_runs_text(_ranges(lacking), len(lacking))} ({ref_label} has "
+            f"{len(reference.samples)} samples)", subject=f"Result_{lacking[0]}"))
+    extra = sorted(test_set - ref_set)
     if extra:
-        names = ", ".join(f"Result_{n}" for n in extra)
+        names = _runs_text(_ranges(extra), len(extra))
         findings.append(Finding("compare.missing", f"{test_label} {names} have no "
                                 f"counterpart in {ref_label}; not compared",
                                 Severity.WARNING))

@@ -14,17 +14,22 @@ problems; this module never raises on content. ``CppModel.truncated`` says why
 the file looks cut off (an unterminated comment, a tensor definition cut short,
 no end of ``QnnModel_composeGraphs``) and ``CppModel.untyped`` names tensors
 whose data type cannot be read: either makes an audit of the file incomplete.
+
+``read_cpp_model`` streams the file: it is read in blocks cut after a statement
+or a top-level ``}``, so memory stays bounded whatever the file's size (up to
+``CPP_CAP``), and no pattern here backtracks over more than a line or a block.
 """
 
 from __future__ import annotations
 
+import codecs
 import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.errors import UserError
+from qnn_ci.safe_read import MiB, iter_blocks, open_regular, safe_int
 from qnn_ci.tables import QNN_DATATYPES
 
 log = logging.getLogger(__name__)
@@ -34,14 +39,17 @@ _FIELD = re.compile(
     r"\.(name|type|dataType|rank|dimensions|quantizeParams)\s*=\s*"
     r"(\"(?:[^\"\\]|\\.)*\"|[A-Za-z_][A-Za-z0-9_]*|-?\d+|\{)"
 )
+# Bodies stop at the first "}", ";" or "{" (the closing brace is optional) so a
+# missing brace cannot make a match scan to the end of the text again and again.
 _ARRAY = re.compile(
-    r"\b(?:uint32_t|int32_t|size_t)\s+([A-Za-z_]\w*)\s*\[\s*\d*\s*\]\s*=\s*\{([^}]*)\}"
+    r"\b(?:uint32_t|int32_t|size_t)\s+([A-Za-z_]\w*)\s*\[\s*\d*\s*\]\s*=\s*\{([^{};]*)\}?"
 )
 _ADD_NODE = re.compile(
     r"\.addNode\s*\(\s*(?:[A-Za-z_]\w*\s*,\s*)?\"((?:[^\"\\]|\\.)*)\"\s*,\s*"
     r"\"((?:[^\"\\]|\\.)*)\"\s*,\s*\"((?:[^\"\\]|\\.)*)\"\s*,([^;]*)"
 )
-_NAMES_ARRAY = re.compile(r"const\s+char\s*\*\s*([A-Za-z_]\w*)\s*\[\s*\d*\s*\]\s*=\s*\{([^}]*)\}")
+_NAMES_ARRAY = re.compile(
+    r"const\s+char\s*\*\s*([A-Za-z_]\w*)\s*\[\s*\d*\s*\]\s*=\s*\{([^{};]*)\}?")
 _STRING = re.compile(r"\"((?:[^\"\\]|\\.)*)\"")
 _GRAPH = re.compile(r"getQnnGraphConfigFromInfo\s*\(\s*\"((?:[^\"\\]|\\.)*)\"")
 _SCALE = re.compile(r"\.scale\s*=\s*(-?[0-9.eE+\-]+)f?")
@@ -120,42 +128,60 @@ class CppModel:
                 "truncated": self.truncated, "untyped": self.untyped}
 
 
+CPP_CAP = 2048 * MiB            # a generated source this big is not converter output
+CPP_HINT = "pass the converter's generated model source"
+BLOCK_CHARS = 1 << 20           # parse in blocks of about this size ...
+MAX_BLOCK_CHARS = 16 << 20      # ... cut anywhere when no statement ends before this
+QUANT_WINDOW = 4096             # a .quantizeParams group is read from this many chars
+
+# A string or char literal (ends at its quote or the end of the line), a line
+# comment, or the start of a block comment.
+_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'(?:[^\'\\\n]|\\.)*\'?|//[^\n]*|/\*')
+_BRACE_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'(?:[^\'\\\n]|\\.)*\'?|[{}()]')
+_COMPOSE = re.compile(r"\bQnnModel_composeGraphs\s*\(")
+
+
+def _strip(text: str, in_comment: bool = False) -> tuple[str, bool]:
+    """``text`` without comments, and whether it ends inside a ``/*`` comment.
+    ``in_comment``: the text starts inside one (a block of a longer file)."""
+    out: list[str] = []
+    pos, n = 0, len(text)
+    if in_comment:
+        end = text.find("*/")
+        if end < 0:
+            return "\n" * text.count("\n"), True
+        out.append(" " + "\n" * text.count("\n", 0, end))
+        pos = end + 2
+    while pos < n:
+        m = _TOKEN.search(text, pos)
+        if m is None:
+            out.append(text[pos:])
+            break
+        out.append(text[pos:m.start()])
+        tok = m.group()
+        if tok == "/*":
+            end = text.find("*/", m.end())
+            if end < 0:
+                out.append("\n" * text.count("\n", m.end()))
+                return "".join(out), True
+            out.append(" " + "\n" * text.count("\n", m.end(), end))
+            pos = end + 2
+        elif tok.startswith("//"):
+            pos = m.end()
+        else:
+            out.append(tok)
+            pos = m.end()
+    return "".join(out), False
+
+
 def strip_comments(text: str, problems: list[str] | None = None) -> str:
     """C/C++ source without comments; string literals are kept intact.
     Removed comments become a space (or their newlines) so positions of lines
     survive roughly."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == '"' or ch == "'":
-            j = i + 1
-            while j < n and text[j] != ch and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            if j < 0:
-                if problems is not None:
-                    problems.append("unterminated /* comment (file truncated?)")
-                break
-            out.append(" " + "\n" * text.count("\n", i, j))
-            i = j + 2
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        else:
-            j = i
-            while j < n and text[j] not in "\"'/":
-                j += 1
-            if j == i:
-                out.append(ch)
-                j = i + 1
-            else:
-                out.append(text[i:j])
-            i = j
-    return "".join(out)
+    code, open_comment = _strip(text)
+    if open_comment and problems is not None:
+        problems.append("unterminated /* comment (file truncated?)")
+    return code
 
 
 def _unquote(s: str) -> str:
@@ -164,23 +190,8 @@ def _unquote(s: str) -> str:
 
 def _int_list(body: str) -> list[int] | None:
     parts = [p.strip() for p in body.split(",") if p.strip()]
-    try:
-        return [int(p.rstrip("uU")) for p in parts]
-    except ValueError:
-        return None
-
-
-def _braced(text: str, start: int) -> str:
-    """The ``{...}`` group opening at ``start`` (or what is left when unbalanced)."""
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:i + 1]
-    return text[start:]
+    values = [safe_int(p.rstrip("uU")) for p in parts]
+    return None if any(v is None for v in values) else [v for v in values if v is not None]
 
 
 def _apply_quant(t: CppTensor, group: str) -> None:
@@ -196,151 +207,229 @@ def _apply_quant(t: CppTensor, group: str) -> None:
             t.scale = float(s.group(1)) if s else None
         except ValueError:
             t.scale = None
-        t.offset = int(o.group(1)) if o else None
+        t.offset = safe_int(o.group(1)) if o else None
     a = _AXIS.search(group)
     if a and "AXIS" in (t.quant_encoding or ""):
-        t.axis = int(a.group(1))
+        t.axis = safe_int(a.group(1))
 
 
-def parse_cpp_text(text: str, *, source: str = "<text>") -> CppModel:
-    problems: list[str] = []
-    sdk = re.search(r"QNN_SDK_VERSION\s*=\s*\"([^\"]*)\"", text)
-    code = strip_comments(text, problems)
-    cut: list[str] = []           # why the file looks truncated, first reason first
-    untyped: list[str] = []
-    if problems:                  # strip_comments reports only an unterminated comment
-        cut.append("an unterminated /* comment")
-    arrays = {m.group(1): m.group(2) for m in _ARRAY.finditer(code)}
-    name_arrays = {m.group(1): _STRING.findall(m.group(2)) for m in _NAMES_ARRAY.finditer(code)}
+class _Compose:
+    """Where ``QnnModel_composeGraphs`` stands, fed block by block: "missing",
+    "params" (its parameter list is open), "body" (its body is open) or "closed"."""
 
-    tensors: list[CppTensor] = []
-    seen: set[str] = set()
-    current: CppTensor | None = None
+    def __init__(self) -> None:
+        self.state = "missing"
+        self.depth = 0
 
-    def finish(t: CppTensor | None, last: bool = False) -> None:
+    def feed(self, code: str) -> None:
+        if self.state == "closed":
+            return
+        pos = 0
+        if self.state == "missing":
+            m = _COMPOSE.search(code)
+            if m is None:
+                return
+            self.state, self.depth, pos = "params", 1, m.end()
+        for tok in _BRACE_TOKEN.finditer(code, pos):
+            ch = tok.group()
+            if self.state == "params":
+                if ch in "()":
+                    self.depth += 1 if ch == "(" else -1
+                    if self.depth == 0:
+                        self.state = "between"
+            elif self.state == "between":
+                if ch == "{":
+                    self.state, self.depth = "body", 1
+            elif ch in "{}":
+                self.depth += 1 if ch == "{" else -1
+                if self.depth == 0:
+                    self.state = "closed"
+                    return
+
+    def result(self) -> str:
+        """"missing", "open" (the end of the graph-composition code is missing) or
+        "closed"."""
+        return self.state if self.state in ("missing", "closed") else "open"
+
+
+class _Parser:
+    """``parse_cpp_text`` fed block by block (blocks cut between statements)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.problems: list[str] = []
+        self.cut: list[str] = []          # why the file looks truncated, first reason first
+        self.untyped: list[str] = []
+        self.arrays: dict[str, str] = {}
+        self.name_arrays: dict[str, list[str]] = {}
+        self.tensors: list[CppTensor] = []
+        self.seen: set[str] = set()
+        self.current: CppTensor | None = None
+        self.nodes: list[CppNode] = []
+        self.graphs: dict[str, None] = {}
+        self.sdk: str | None = None
+        self.has_record = False
+        self.in_comment = False
+        self.compose = _Compose()
+
+    def _finish_tensor(self, t: CppTensor | None, last: bool = False) -> None:
         if t is None:
             return
         if t.data_type is None and t.type is None:
             if last:
-                problems.append(f"source ends after .name= {t.name!r} (file truncated?)")
-                cut.append(f"the source ends after .name= {t.name!r}")
+                self.problems.append(f"source ends after .name= {t.name!r} (file truncated?)")
+                self.cut.append(f"the source ends after .name= {t.name!r}")
             return          # a parameter's .name="dilation", not a tensor
         if t.data_type is None:
             why = "definition cut short (file truncated?)" if last else \
                 "no .dataType (definition incomplete)"
-            problems.append(f"tensor {t.name!r}: {why}")
+            self.problems.append(f"tensor {t.name!r}: {why}")
             if last:
-                cut.append(f"the definition of tensor {t.name!r} is cut short")
+                self.cut.append(f"the definition of tensor {t.name!r} is cut short")
             else:
-                untyped.append(t.name)
+                self.untyped.append(t.name)
         elif not t.data_type.startswith("QNN_DATATYPE_"):
-            untyped.append(t.name)
-        if t.name in seen:
+            self.untyped.append(t.name)
+        if t.name in self.seen:
             return
-        seen.add(t.name)
-        tensors.append(t)
+        self.seen.add(t.name)
+        self.tensors.append(t)
 
-    for m in _FIELD.finditer(code):
+    def feed(self, text: str) -> None:
+        if self.sdk is None:
+            sdk = re.search(r"QNN_SDK_VERSION\s*=\s*\"([^\"\n]*)\"", text)
+            self.sdk = sdk.group(1) if sdk else None
+        self.has_record = self.has_record or RECORD_MARKER in text
+        code, self.in_comment = _strip(text, self.in_comment)
+        self.arrays.update((m.group(1), m.group(2)) for m in _ARRAY.finditer(code))
+        self.name_arrays.update((m.group(1), _STRING.findall(m.group(2)))
+                                for m in _NAMES_ARRAY.finditer(code))
+        matches = list(_FIELD.finditer(code))
+        for k, m in enumerate(matches):
+            self._field(m, code, matches[k + 1].start() if k + 1 < len(matches) else len(code))
+        for m in _ADD_NODE.finditer(code):
+            rest = [a.strip() for a in m.group(4).split(",")]
+            inputs: list[str] = []
+            for arg in rest:
+                if arg in self.name_arrays:
+                    inputs = self.name_arrays[arg]
+                    break
+            self.nodes.append(CppNode(m.group(1), m.group(2), m.group(3), inputs))
+        self.graphs.update(dict.fromkeys(_GRAPH.findall(code)))
+        self.compose.feed(code)
+
+    def _field(self, m: re.Match[str], code: str, next_start: int) -> None:
         key, val = m.group(1), m.group(2)
         if key == "name":
-            finish(current)
-            current = CppTensor(_unquote(val)) if val.startswith('"') else None
-            continue
+            self._finish_tensor(self.current)
+            self.current = CppTensor(_unquote(val)) if val.startswith('"') else None
+            return
+        current = self.current
         if current is None:
-            continue
+            return
         if key == "type":
             current.type = val
         elif key == "dataType":
             current.data_type = val
             if val not in QNN_DATATYPES:
-                problems.append(f"tensor {current.name!r}: unknown data type {val}")
-        elif key == "rank" and val.lstrip("-").isdigit():
-            current.rank = int(val)
+                self.problems.append(f"tensor {current.name!r}: unknown data type {val}")
+        elif key == "rank":
+            current.rank = safe_int(val)
         elif key == "dimensions":
-            if val in arrays:
-                current.dims = _int_list(arrays[val])
+            if val in self.arrays:
+                current.dims = _int_list(self.arrays[val])
             elif val not in ("nullptr", "NULL", "0"):
-                problems.append(f"tensor {current.name!r}: dimensions array {val} not found")
+                self.problems.append(f"tensor {current.name!r}: dimensions array {val} "
+                                     "not found")
         elif key == "quantizeParams" and val == "{":
-            _apply_quant(current, _braced(code, m.end() - 1))
-    finish(current, last=True)
+            start = m.end() - 1
+            _apply_quant(current, code[start:min(next_start, start + QUANT_WINDOW)])
 
-    nodes: list[CppNode] = []
-    for m in _ADD_NODE.finditer(code):
-        rest = [a.strip() for a in m.group(4).split(",")]
-        inputs: list[str] = []
-        for arg in rest:
-            if arg in name_arrays:
-                inputs = name_arrays[arg]
-                break
-        nodes.append(CppNode(m.group(1), m.group(2), m.group(3), inputs))
-
-    graphs = list(dict.fromkeys(_GRAPH.findall(code)))
-    compose = _compose_state(code)
-    if compose == "missing":
-        problems.append("no QnnModel_composeGraphs function (file truncated or not a "
-                        "converter source?)")
-        if tensors or RECORD_MARKER in text:
-            cut.append("no QnnModel_composeGraphs function (the end of the file is missing)")
-    elif compose == "open":
-        problems.append("QnnModel_composeGraphs does not end (file truncated?)")
-        cut.append("QnnModel_composeGraphs does not end")
-    if not tensors:
-        problems.append("no tensor definitions found")
-    for p in problems:
-        log.debug("%s: %s", source, p)
-    model = CppModel(source=source, tensors=tensors, nodes=nodes, graphs=graphs,
-                     sdk_version_full=sdk.group(1) if sdk else None, problems=problems,
-                     untyped=untyped, has_compose=compose != "missing",
-                     has_record=RECORD_MARKER in text)
-    if cut and model.converter_output:     # a README with a stray "/*" is not "cut off"
-        model.truncated = cut[0]
-    return model
+    def finish(self) -> CppModel:
+        problems, cut = self.problems, self.cut
+        if self.in_comment:
+            problems.insert(0, "unterminated /* comment (file truncated?)")
+            cut.insert(0, "an unterminated /* comment")
+        self._finish_tensor(self.current, last=True)
+        compose = self.compose.result()
+        if compose == "missing":
+            problems.append("no QnnModel_composeGraphs function (file truncated or not a "
+                            "converter source?)")
+            if self.tensors or self.has_record:
+                cut.append("no QnnModel_composeGraphs function (the end of the file is "
+                           "missing)")
+        elif compose == "open":
+            problems.append("QnnModel_composeGraphs does not end (file truncated?)")
+            cut.append("QnnModel_composeGraphs does not end")
+        if not self.tensors:
+            problems.append("no tensor definitions found")
+        for p in problems[:50]:
+            log.debug("%s: %s", self.source, p)
+        model = CppModel(source=self.source, tensors=self.tensors, nodes=self.nodes,
+                         graphs=list(self.graphs), sdk_version_full=self.sdk,
+                         problems=problems, untyped=self.untyped,
+                         has_compose=compose != "missing", has_record=self.has_record)
+        if cut and model.converter_output:     # a README with a stray "/*" is not "cut off"
+            model.truncated = cut[0]
+        return model
 
 
-_COMPOSE = re.compile(r"\bQnnModel_composeGraphs\s*\(")
+def parse_cpp_text(text: str, *, source: str = "<text>") -> CppModel:
+    parser = _Parser(source)
+    parser.feed(text)
+    return parser.finish()
 
 
-def _compose_state(code: str) -> str:
-    """"missing", "open" (its body never closes: the end of the graph-composition
-    code is missing) or "closed". ``code`` has its comments removed."""
-    m = _COMPOSE.search(code)
-    if m is None:
-        return "missing"
-    depth_paren, i, n = 1, m.end(), len(code)
-    while i < n and depth_paren:
-        depth_paren += {"(": 1, ")": -1}.get(code[i], 0)
-        i += 1
-    body = code.find("{", i)
-    if depth_paren or body < 0:
-        return "open"
-    depth, i = 0, body
-    while i < n:
-        ch = code[i]
-        if ch in "\"'":                  # skip a string or char literal
-            j = i + 1
-            while j < n and code[j] != ch and code[j] != "\n":
-                j += 2 if code[j] == "\\" else 1
-            i = j + 1
+def _cut_point(text: str, searched_from: int) -> int:
+    """Where to end a block of ``text``: after the last statement (``;`` at a line
+    end) or top-level ``}`` line at or after ``searched_from``; 0 when there is none."""
+    semi = text.rfind(";\n", searched_from)
+    brace = text.rfind("\n}", searched_from)
+    if brace >= 0:
+        eol = text.find("\n", brace + 2)
+        brace = eol + 1 if eol >= 0 else -1
+    return max(semi + 2 if semi >= 0 else 0, brace if brace > 0 else 0)
+
+
+def parse_cpp_stream(chunks: Any, *, source: str, block: int = BLOCK_CHARS,
+                     max_block: int = MAX_BLOCK_CHARS) -> CppModel:
+    """``parse_cpp_text`` over an iterable of text pieces, holding about ``block``
+    (at most ``max_block``) characters of it at a time."""
+    parser = _Parser(source)
+    pending = ""
+    for chunk in chunks:
+        searched = max(0, len(pending) - 1)
+        pending += chunk
+        if len(pending) < block:
             continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return "closed"
-        i += 1
-    return "open"
+        cut = _cut_point(pending, searched) or _cut_point(pending, 0)
+        if not cut and len(pending) >= max_block:
+            cut = pending.rfind("\n") + 1 or len(pending)
+        if cut:
+            parser.feed(pending[:cut])
+            pending = pending[cut:]
+    if pending:
+        parser.feed(pending)
+    return parser.finish()
 
 
 def read_cpp_model(path: Path) -> CppModel:
-    """Parse a generated source (``.cpp`` or extension-less). UserError only
-    when the file cannot be read at all."""
+    """Parse a generated source (``.cpp`` or extension-less), streaming it. UserError
+    only when the file cannot be read at all (missing, not a regular file, larger
+    than ``CPP_CAP``)."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise UserError("file not found", file=path) from None
-    except OSError as exc:
-        raise UserError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
-    return parse_cpp_text(text, source=str(path))
+    with open_regular(path, cap=CPP_CAP, what="generated model source",
+                      hint=CPP_HINT) as fh:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        chunks = (decoder.decode(b) for b in iter_blocks(fh, path, cap=CPP_CAP,
+                                                         what="generated model source",
+                                                         hint=CPP_HINT))
+        model = parse_cpp_stream(_with_tail(chunks, decoder), source=str(path))
+    return model
+
+
+def _with_tail(chunks: Any, decoder: codecs.IncrementalDecoder) -> Any:
+    yield from chunks
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        yield tail

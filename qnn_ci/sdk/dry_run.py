@@ -23,10 +23,12 @@ PROBLEM_SUFFIXES: tuple[str, ...] = (
     "unsupported in Converter", "unsupported in ONNX schema", "unsupported version",
     "unsupported value", "invalid value", "wrong type",
 )
+# "\s*(?:[.,;]\s*)?$", not "\s*[.,;]?\s*$" (two adjacent \s* are quadratic in a blank
+# run); "(?<!\s)\s+" tries a blank run once, from its start.
 _PROBLEM_RE = re.compile(r"(?:^|\s)(?:" + "|".join(re.escape(s) for s in PROBLEM_SUFFIXES)
-                         + r")\s*[.,;]?\s*$")
-_SUFFIX_RE = re.compile(r"\s+(?:" + "|".join(re.escape(s) for s in PROBLEM_SUFFIXES)
-                        + r")\s*[.,;]?\s*$")
+                         + r")\s*(?:[.,;]\s*)?$")
+_SUFFIX_RE = re.compile(r"(?<!\s)\s+(?:" + "|".join(re.escape(s) for s in PROBLEM_SUFFIXES)
+                        + r")\s*(?:[.,;]\s*)?$")
 CLEAN_LINE = "Model ops, op attributes, inputs and outputs have been evaluated"
 EVALUATING_LINE = "Proceeding with model evaluation"
 HEADER_CELLS = ("layers", "ops", "inputs", "outputs", "attributes")

@@ -25,7 +25,6 @@ ignored by the converter, so ``coverage`` compares the file with the graph.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterator
@@ -36,11 +35,16 @@ from typing import Any
 import onnx
 
 from qnn_ci.errors import UserError
+from qnn_ci.safe_read import MiB, load_json, read_text
 
 log = logging.getLogger(__name__)
 
 ENC_TYPES = ("PER_TENSOR", "PER_CHANNEL", "PER_BLOCK", "LPBQ")
-_DTYPE_BITS = re.compile(r"^(u?int|float)(\d+)")
+_DTYPE_BITS = re.compile(r"^(u?int|float)([0-9]{1,3})(?![0-9])")
+ENCODINGS_CAP = 1024 * MiB      # per-channel LLM exports reach hundreds of MB
+ENCODINGS_HINT = ("quantization overrides must be an AIMET .encodings file (JSON with "
+                  "activation_encodings/param_encodings, or encodings)")
+MAX_LIST_DEPTH = 8              # scale/offset values nest at most a few levels
 _FLOAT_ELEM_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
                      onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 
@@ -125,13 +129,16 @@ class _Reader:
         v = d[key]
         if isinstance(v, bool) or not (isinstance(v, int) or
                                        (isinstance(v, float) and v.is_integer())):
-            raise self.fail(f"{jpath}.{key}", f"expected an integer, got {v!r}")
+            raise self.fail(f"{jpath}.{key}", f"expected an integer, got {_short(v)}")
         return int(v)
 
     def num(self, v: Any, jpath: str) -> float:
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise self.fail(jpath, f"expected a number, got {v!r}")
-        return float(v)
+            raise self.fail(jpath, f"expected a number, got {_short(v)}")
+        try:
+            return float(v)
+        except OverflowError:
+            raise self.fail(jpath, f"number too large ({len(str(v))} digits)") from None
 
     def opt_num(self, d: dict[str, Any], key: str, jpath: str) -> float | None:
         if key not in d or d[key] is None:
@@ -146,7 +153,7 @@ class _Reader:
             return v
         if isinstance(v, str) and v.strip().lower() in ("true", "false"):
             return v.strip().lower() == "true"
-        raise self.fail(f"{jpath}.{key}", f"expected True or False, got {v!r}")
+        raise self.fail(f"{jpath}.{key}", f"expected True or False, got {_short(v)}")
 
     def string(self, d: dict[str, Any], key: str, jpath: str) -> str:
         v = d.get(key)
@@ -154,13 +161,22 @@ class _Reader:
             raise self.fail(f"{jpath}.{key}", "missing (expected a non-empty string)")
         return v
 
-    def flat_numbers(self, v: Any, jpath: str) -> list[float]:
+    def flat_numbers(self, v: Any, jpath: str, depth: int = 0) -> list[float]:
         if isinstance(v, list):
+            if depth >= MAX_LIST_DEPTH:
+                raise self.fail(jpath, f"lists nested more than {MAX_LIST_DEPTH} deep "
+                                       "(expected numbers or lists of numbers)")
             out: list[float] = []
             for i, x in enumerate(v):
-                out.extend(self.flat_numbers(x, f"{jpath}[{i}]"))
+                out.extend(self.flat_numbers(x, f"{jpath}[{i}]", depth + 1))
             return out
         return [self.num(v, jpath)]
+
+
+def _short(v: Any) -> str:
+    """A JSON value for a message: its repr, at most 60 characters."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _dtype_word(v: Any) -> str:
@@ -170,7 +186,7 @@ def _dtype_word(v: Any) -> str:
 def _read_061(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
     out: dict[str, list[Enc]] = {}
     for name, raw in r.obj(section, sname).items():
-        base = f"{sname}[{name!r}]"
+        base = f"{sname}[{_short(name)}]"
         items = [raw] if isinstance(raw, dict) else r.lst(raw, base)
         encs: list[Enc] = []
         for i, item in enumerate(items):
@@ -195,7 +211,7 @@ def _read_100(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
         enc_type = str(d.get("enc_type", "PER_TENSOR")).upper()
         if enc_type not in ENC_TYPES:
             raise r.fail(f"{jp}.enc_type", f"expected one of {', '.join(ENC_TYPES)}, "
-                                           f"got {d.get('enc_type')!r}")
+                                           f"got {_short(d.get('enc_type'))}")
         dtype = _dtype_word(d.get("dtype"))
         bw = r.int_(d, "bw", jp)
         sym = r.flag(d, "is_sym", jp)
@@ -225,7 +241,7 @@ def _read_200(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
         odt = r.string(d, "output_dtype", jp)
         m = _DTYPE_BITS.match(odt.lower())
         if not m:
-            raise r.fail(f"{jp}.output_dtype", f"unknown data type {odt!r} "
+            raise r.fail(f"{jp}.output_dtype", f"unknown data type {_short(odt)} "
                                                f"(expected e.g. int8, uint16, int32)")
         dtype = "float" if m.group(1) == "float" else "int"
         bw = int(m.group(2))
@@ -261,20 +277,10 @@ def read_encodings(path: Path) -> Encodings:
     """Read an AIMET ``.encodings`` file (0.6.1, 1.0.0, 2.0.0/2.1.0).
     Malformed content raises UserError naming the file and the JSON path."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise UserError("encodings file not found", file=path) from None
-    except OSError as exc:
-        raise UserError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
+    text = read_text(path, cap=ENCODINGS_CAP, what="AIMET .encodings file",
+                     hint=ENCODINGS_HINT, missing="encodings file not found")
     r = _Reader(path)
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                        f"quantization overrides must be an AIMET .encodings file (JSON with "
-                        f"activation_encodings/param_encodings, or encodings)",
-                        file=path) from None
+    raw = load_json(text, path, hint=ENCODINGS_HINT)
     data = r.obj(raw, "(top level)")
     version = data.get("version")
     notes: list[str] = []
@@ -437,15 +443,11 @@ def coverage(enc: Encodings, model: onnx.ModelProto) -> Coverage:
 
 
 def load_model(path: Path) -> onnx.ModelProto:
-    """An ONNX model for coverage checks (graph only, external data not loaded)."""
-    path = Path(path)
-    try:
-        return onnx.load(str(path), load_external_data=False)
-    except FileNotFoundError:
-        raise UserError("model not found", file=path) from None
-    except Exception as exc:          # onnx raises DecodeError and others
-        raise UserError(f"not a readable ONNX model ({type(exc).__name__})",
-                        file=path) from None
+    """An ONNX model for coverage checks (graph only, external data not loaded);
+    ``qnn_ci.onnx_io.load_model``: one line for any file that is not a readable model."""
+    from qnn_ci.onnx_io import load_model as load_onnx
+
+    return load_onnx(Path(path))
 
 
 def bitwidth_mismatches(enc: Encodings, cov: Coverage, *, act_bitwidth: int,

@@ -20,9 +20,10 @@ from typing import Any
 
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity
-from qnn_ci.sdk.cpp_model import parse_cpp_text
-from qnn_ci.sdk.net_json import parse_net_json
-from qnn_ci.sdk.record import load_json, looks_like_json
+from qnn_ci.safe_read import open_regular
+from qnn_ci.sdk.cpp_model import CPP_CAP, read_cpp_model
+from qnn_ci.sdk.net_json import read_net_json
+from qnn_ci.sdk.record import looks_like_json
 from qnn_ci.tables import FP16_CODE, SocInfo
 
 FP16_NAME = "QNN_DATATYPE_FLOAT_16"
@@ -49,23 +50,26 @@ class Fp16Report:
 
 
 def audit_fp16(path: Path) -> Fp16Report:
-    """FP16 tensors in a generated source (any extension) or a JSON graph."""
+    """FP16 tensors in a generated source (any extension; streamed) or a JSON graph.
+    A missing, non-regular or oversized file is one line (UserError)."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise UserError("file not found", file=path) from None
-    except OSError as exc:
-        raise UserError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
-    if looks_like_json(text, path):
-        net = parse_net_json(load_json(text, path), source=str(path))
+    with open_regular(path, cap=CPP_CAP, what="converter output",
+                      hint="pass the generated model source, its _net.json or a QNN JSON "
+                           "graph") as fh:
+        try:
+            head = fh.read(4096)
+        except OSError as exc:
+            raise UserError(f"cannot read the file ({exc.strerror or exc})",
+                            file=path) from None
+    if looks_like_json(head.decode("utf-8", errors="replace"), path):
+        net = read_net_json(path)
         names = [t.name for t in net.tensors if t.data_type_code == FP16_CODE]
         untyped = [t.name for t in net.tensors if t.data_type_code is None]
         incomplete = (f"{len(untyped)} tensor(s) without a data_type ({', '.join(untyped[:5])}"
                       f"{' ...' if len(untyped) > 5 else ''})") if untyped else None
         return Fp16Report(str(path), names, len(net.tensors), list(net.problems), "json",
                           incomplete=incomplete, converter_output=bool(net.tensors))
-    model = parse_cpp_text(text, source=str(path))
+    model = read_cpp_model(path)
     names = [t.name for t in model.tensors if t.data_type == FP16_NAME]
     return Fp16Report(str(path), names, len(model.tensors), list(model.problems), "cpp",
                       incomplete=model.incomplete(), converter_output=model.converter_output)

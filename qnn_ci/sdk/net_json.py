@@ -6,7 +6,8 @@ Tensor ``data_type`` is a DECIMAL ``Qnn_DataType_t`` code (534 = FLOAT_16),
 ``type`` a code (0 app-write = graph input, 1 app-read = graph output,
 3 native, 4 static). Old files carry ``current_dims``/``max_dims`` instead of
 ``dims``. Missing keys are tolerated: what cannot be read is listed in
-``problems``.
+``problems``. A file larger than ``NET_JSON_CAP``, nested deeper than any real
+one, or not a regular file is refused with one line (``qnn_ci.safe_read``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.errors import UserError
-from qnn_ci.sdk.record import load_json
+from qnn_ci.safe_read import MiB, load_json, read_text, safe_int
 from qnn_ci.tables import QNN_DATATYPE_BY_CODE
 
 log = logging.getLogger(__name__)
+
+NET_JSON_CAP = 1024 * MiB       # real _net.json files reach hundreds of MB for big models
+NET_JSON_HINT = "pass the converter's _net.json or a QNN JSON graph"
 
 TENSOR_TYPE_BY_CODE: dict[int, str] = {
     0: "APP_WRITE", 1: "APP_READ", 2: "APP_READWRITE", 3: "NATIVE", 4: "STATIC", 5: "NULL",
@@ -87,16 +90,18 @@ def _as_int(v: Any) -> int | None:
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v.strip())
+    if isinstance(v, str):
+        return safe_int(v)
     return None
 
 
 def _dims(t: dict[str, Any]) -> list[int] | None:
     for key in ("dims", "current_dims", "max_dims"):
         v = t.get(key)
-        if isinstance(v, list) and all(_as_int(d) is not None for d in v):
-            return [int(d) for d in v]
+        if isinstance(v, list):
+            dims = [_as_int(d) for d in v]
+            if all(d is not None for d in dims):
+                return [d for d in dims if d is not None]
     return None
 
 
@@ -179,12 +184,8 @@ def parse_net_json(data: Any, *, source: str = "<json>") -> NetJson:
 
 
 def read_net_json(path: Path) -> NetJson:
-    """Parse a ``_net.json``. UserError when unreadable or not JSON."""
+    """Parse a ``_net.json``. UserError (one line) when it is missing, not a regular
+    file, larger than ``NET_JSON_CAP``, not JSON or nested absurdly deep."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise UserError("file not found", file=path) from None
-    except OSError as exc:
-        raise UserError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
-    return parse_net_json(load_json(text, path), source=str(path))
+    text = read_text(path, cap=NET_JSON_CAP, what="_net.json", hint=NET_JSON_HINT)
+    return parse_net_json(load_json(text, path, hint=NET_JSON_HINT), source=str(path))

@@ -18,14 +18,16 @@ Alias spellings are folded onto one canonical name
 from __future__ import annotations
 
 import ast
-import json
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from qnn_ci.errors import UserError
+from qnn_ci.safe_read import MiB, open_regular
+from qnn_ci.safe_read import load_json as _load_json
 from qnn_ci.tables import CONVERTER_ALIASES, CONVERTER_CANONICAL_TO_ALIAS
 
 log = logging.getLogger(__name__)
@@ -34,13 +36,19 @@ Era = Literal["semicolon", "space"]
 
 _KEY_AT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _SEMI_SPLIT = re.compile(r";\s*(?=[A-Za-z_][A-Za-z0-9_]*=)")
-_SPACE_SPLIT = re.compile(r"\s+(?=[A-Za-z_][A-Za-z0-9_]*=)")
+# (?<!\s): a whitespace run is tried once, from its start, not from each of its
+# characters (which is quadratic in the run's length).
+_SPACE_SPLIT = re.compile(r"(?<!\s)\s+(?=[A-Za-z_][A-Za-z0-9_]*=)")
 _SEMI_ERA = re.compile(r";\s*[A-Za-z_][A-Za-z0-9_]*=")
 _CMD_MARKER = re.compile(r"Command Line used:\s*(.*?)(\*/|\Z)", re.S)
-_CMD_LINE = re.compile(r"^[ \t]*(\S*converter\S*(?:;[ \t]*|[ \t]+)[A-Za-z_]\w*=.*)$", re.M)
+_FIRST_RUN = re.compile(r"[ \t]*(\S*)")
+_KEY_AFTER_SEMI = re.compile(r"[ \t]*[A-Za-z_]\w*=")
+_KEY_AFTER_SPACE = re.compile(r"[ \t]+[A-Za-z_]\w*=")
 _SDK_VERSION = re.compile(r"QNN_SDK_VERSION\s*=\s*\"([^\"]*)\"")
 _VERSION_NUMBER = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 _OPEN = {"[": "]", "(": ")", "{": "}"}
+
+MAX_RECORD_CHARS = 256 * 1024    # real records are a few KiB
 
 # The recorded arguments that decide what a quantized export is.
 ARGS_OF_INTEREST: tuple[str, ...] = (
@@ -99,7 +107,7 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
-        return float(a) == float(b)
+        return bool(a == b)          # exact: float() of a 400-digit int overflows
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     return bool(_norm(a) == _norm(b))
@@ -209,16 +217,18 @@ def _split(text: str, era: Era, problems: list[str]) -> list[str]:
     tokens: list[str] = []
     pos = 0
     n = len(text)
-    while pos < n:
+    brackets = True        # after one value runs unbalanced to the end, stop looking:
+    while pos < n:         # scanning to the end for every later value is quadratic
         key = _KEY_AT.match(text, pos)
         search_from = pos
         if key:
             vstart = key.end()
-            if vstart < n and text[vstart] in _OPEN:
+            if brackets and vstart < n and text[vstart] in _OPEN:
                 end = _bracket_end(text, vstart)
                 if end is None:
                     problems.append(f"unbalanced brackets in the value of "
-                                    f"{key.group(0)[:-1]}")
+                                    f"{key.group(0)[:-1][:60]}")
+                    brackets = False
                 else:
                     search_from = end
         m = splitter.search(text, search_from)
@@ -234,9 +244,16 @@ def parse_record_text(text: str, *, source: str | None = None) -> ConverterRecor
     """Parse a record string (either era). Never raises on odd content: what
     cannot be read is listed in ``problems``."""
     raw = text.strip()
-    flat = re.sub(r"\s*\n\s*", " ", raw)          # a wrapped record reads as one line
+    too_long = None
+    if len(raw) > MAX_RECORD_CHARS:
+        too_long = (f"the record is {len(raw)} characters long, more than the "
+                    f"{MAX_RECORD_CHARS} a real one has; only its start was read")
+        raw = raw[:MAX_RECORD_CHARS]
+    # A wrapped record reads as one line (split, not a regex: a regex over a long
+    # run of blanks without a newline is quadratic).
+    flat = " ".join(p for p in (line.strip() for line in raw.split("\n")) if p)
     era = _detect_era(flat)
-    problems: list[str] = []
+    problems: list[str] = [too_long] if too_long else []
     tokens = _split(flat, era, problems)
     tool = ""
     if tokens and not _KEY_AT.match(tokens[0]):
@@ -257,7 +274,8 @@ def parse_record_text(text: str, *, source: str | None = None) -> ConverterRecor
     grouped: dict[str, dict[str, str]] = {}
     for key, value in raw_args:
         spellings = grouped.setdefault(canonical_key(key), {})
-        if key in spellings and not same_value(literal(spellings[key]), literal(value)):
+        if key in spellings and spellings[key] != value and \
+                not same_value(literal(spellings[key]), literal(value)):
             problems.append(f"{key} recorded twice with different values "
                             f"({spellings[key]!r}, {value!r}); the first is used")
             continue
@@ -275,7 +293,7 @@ def parse_record_text(text: str, *, source: str | None = None) -> ConverterRecor
         log.info("%s", c.message())
     return ConverterRecord(tool=tool, sdk_version=None, args=args, raw_args=raw_args,
                            conflicts=conflicts, era=era, raw=raw, source=source,
-                           problems=problems)
+                           problems=problems, truncated=too_long)
 
 
 def _record_from_source(text: str) -> tuple[str | None, list[str], str | None]:
@@ -289,11 +307,31 @@ def _record_from_source(text: str) -> tuple[str | None, list[str], str | None]:
             cut = "the 'Command Line used:' comment is not closed"
         body = m.group(1).strip()
         return (body or None), problems, cut
-    m2 = _CMD_LINE.search(text[:200_000])
-    if m2:
+    line = _converter_line(text[:200_000])
+    if line is not None:
         problems.append("no 'Command Line used:' marker; read the converter line found")
-        return m2.group(1).strip(), problems, None
+        return line, problems, None
     return None, problems, None
+
+
+def _converter_line(text: str) -> str | None:
+    """The first line whose first word names a converter and is followed by
+    ``key=`` (after ``;`` or blanks), stripped; checked in linear time."""
+    for line in text.split("\n"):
+        m = _FIRST_RUN.match(line)
+        run = m.group(1) if m else ""
+        c = run.find("converter")
+        if c < 0:
+            continue
+        start, end = m.start(1) if m else 0, m.end(1) if m else 0
+        if _KEY_AFTER_SPACE.match(line, end):
+            return line.strip()
+        semi = line.find(";", start + c + 9, end)
+        while semi >= 0:
+            if _KEY_AFTER_SEMI.match(line, semi + 1):
+                return line.strip()
+            semi = line.find(";", semi + 1, end)
+    return None
 
 
 def _sdk_version_in(text: str) -> str | None:
@@ -302,21 +340,32 @@ def _sdk_version_in(text: str) -> str | None:
 
 
 HEAD_BYTES = 4 << 20   # the record and QNN_SDK_VERSION sit at the top of a source
+JSON_CAP = 1024 * MiB   # a _net.json read for its converter_command
+RECORD_HINT = "pass the converter's _net.json or its generated source"
 
 
 def _read_text(path: Path) -> str:
-    """The whole file when it is JSON, else its first HEAD_BYTES (a multi-GB
-    source or a .bin passed by mistake is not read whole)."""
-    try:
-        with path.open("rb") as fh:
+    """The whole file when it is JSON (up to JSON_CAP), else its first HEAD_BYTES (a
+    multi-GB source or a .bin passed by mistake is not read whole). Folders, FIFOs
+    and devices are refused before anything is read."""
+    too_big = UserError(f"JSON larger than the {JSON_CAP // MiB} MiB cap of this reader; "
+                        f"{RECORD_HINT}", file=path)
+    with open_regular(path, cap=_UNCAPPED, what="converter output", hint=RECORD_HINT) as fh:
+        try:
             data = fh.read(HEAD_BYTES)
             if data.lstrip()[:1] == b"{" or path.suffix.lower() == ".json":
-                data += fh.read()
-    except FileNotFoundError:
-        raise UserError("file not found", file=path) from None
-    except OSError as exc:
-        raise UserError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
+                if os.fstat(fh.fileno()).st_size > JSON_CAP:
+                    raise too_big
+                data += fh.read(JSON_CAP + 1 - len(data))
+        except OSError as exc:
+            raise UserError(f"cannot read the file ({exc.strerror or exc})",
+                            file=path) from None
+    if len(data) > JSON_CAP:
+        raise too_big
     return data.decode("utf-8", errors="replace")
+
+
+_UNCAPPED = 1 << 62      # only the head of a source is read, whatever its size
 
 
 def looks_like_json(text: str, path: Path) -> bool:
@@ -324,12 +373,8 @@ def looks_like_json(text: str, path: Path) -> bool:
 
 
 def load_json(text: str, path: Path) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                        f"pass the converter's _net.json or its generated source",
-                        file=path) from None
+    """JSON from converter output; one line (UserError) when it cannot be read."""
+    return _load_json(text, path, hint=RECORD_HINT)
 
 
 def _version_in_json(data: dict[str, Any]) -> str | None:
@@ -364,7 +409,7 @@ def read_record(path: Path) -> ConverterRecord:
                             "pass the converter's generated source or _net.json", file=path)
         rec = parse_record_text(body, source=str(path))
         rec.problems[:0] = problems
-        rec.truncated = cut
+        rec.truncated = cut or rec.truncated
         full = _sdk_version_in(text)
     if rec.truncated is None:
         unbalanced = [p for p in rec.problems if p.startswith("unbalanced brackets")]

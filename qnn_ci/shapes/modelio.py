@@ -73,18 +73,28 @@ def external_files(model: onnx.ModelProto) -> set[str]:
 def load_proto(path: Path) -> onnx.ModelProto:
     """The model's protobuf, weights left in their external files (UserError when the
     file is missing, unreadable, not ONNX, or its external data is missing)."""
-    if not path.is_file():
-        raise UserError("model not found" if not path.exists() else "not a file",
-                        file=path)
     model = load_model(path, external_data=False)
     if not model.HasField("graph") or not model.opset_import:
         raise UserError("not an ONNX model (no graph or no opset_import)", file=path)
+    for t in iter_tensors(model.graph):
+        if not _is_external(t):
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        for key, value in info.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise UserError(f"tensor {t.name!r}: external_data {key!r} is not valid "
+                                "UTF-8", file=path)
+        for key in ("offset", "length"):
+            if key in info and not (info[key].isascii() and info[key].isdigit()
+                                    and len(info[key]) <= 19):
+                raise UserError(f"tensor {t.name!r}: external_data {key} {info[key][:40]!r} "
+                                "is not a byte count", file=path)
     for loc in sorted(external_files(model)):
-        if not loc or os.path.isabs(loc) or ".." in Path(loc).parts:
-            raise UserError(f"external data location {loc!r} must be a relative path "
+        if not loc or "\0" in loc or os.path.isabs(loc) or ".." in Path(loc).parts:
+            raise UserError(f"external data location {loc[:200]!r} must be a relative path "
                             "inside the model's folder", file=path)
         if not (path.parent / loc).is_file():
-            raise UserError(f"external data file {loc!r} not found next to the model",
+            raise UserError(f"external data file {loc[:200]!r} not found next to the model",
                             file=path)
     return model
 

@@ -30,6 +30,7 @@ from qnn_ci.shapes.report import (
 log = logging.getLogger(__name__)
 
 MAIN = "main"
+MAX_DIM = (1 << 63) - 1   # dim_value is an int64
 
 
 def node_label(node: onnx.NodeProto, index: int) -> str:
@@ -93,6 +94,9 @@ def validate_dims(model: onnx.ModelProto, dims: dict[str, tuple[int, ...]], *,
             if d <= 0:
                 raise UserError(f"dim {d} must be a positive integer", file=file, line=line,
                                 key=key)
+            if d > MAX_DIM:
+                raise UserError(f"dim {d} is larger than ONNX allows (2^63 - 1)", file=file,
+                                line=line, key=key)
         declared = dims_of(inputs[name])
         if declared is None:
             continue            # rank unknown: any rank pins it

@@ -71,7 +71,11 @@ def dtype_name(elem_type: int) -> str:
     try:
         return helper.tensor_dtype_to_np_dtype(elem_type).name
     except (KeyError, ValueError, TypeError):
+        pass
+    try:
         return helper.tensor_dtype_to_string(elem_type)
+    except (KeyError, ValueError, TypeError):
+        return f"unknown element type {elem_type}"
 
 
 def format_dims(dims: list[DimInfo] | None) -> str:

@@ -9,6 +9,7 @@ value (a sample rate, a token id range) are passed by the caller.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable
 
@@ -17,6 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from qnn_ci.errors import UserError
+from qnn_ci.safe_read import size_text
 from qnn_ci.shapes.pin import real_inputs
 from qnn_ci.shapes.report import EquivalenceCheck, dims_of, dtype_name, format_dims, is_static
 
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 RTOL = 1e-4
 ATOL = 1e-5
 INT_HIGH = 4          # random integer inputs are drawn from [0, INT_HIGH)
+MAX_FEED_BYTES = 1 << 30   # a random input larger than this is not made (1 GiB)
 
 _ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 
@@ -67,12 +70,23 @@ def make_feeds(model: onnx.ModelProto, given: dict[str, np.ndarray] | None = Non
                     raise UserError(f"feed has shape {list(arr.shape)} but the pinned input "
                                     f"{vi.name!r} is {list(want)}",
                                     key=key_format.format(name=vi.name))
-            feeds[vi.name] = arr.astype(dtype, copy=False)
+            try:
+                feeds[vi.name] = arr.astype(dtype, copy=False)
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise UserError(f"feed of dtype {arr.dtype} cannot be cast to input "
+                                f"{vi.name!r}'s {dtype_s}: {exc}",
+                                key=key_format.format(name=vi.name)) from None
             continue
         if not is_static(dims):
             return {}, (f"input {vi.name!r} is not static {format_dims(dims)}: pin it or "
                         "pass a feed")
         shape = tuple(int(d.value or 0) for d in dims or [])
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > MAX_FEED_BYTES:
+            return {}, (f"input {vi.name!r} {format_dims(dims)} {dtype_s} would need "
+                        f"{size_text(nbytes)}, more than the {size_text(MAX_FEED_BYTES)} "
+                        "qnn-ci allocates for a random test input: too large to test; pin "
+                        "smaller dims or pass a feed")
         if dtype.kind == "f":
             feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind in "iu":

@@ -9,12 +9,12 @@ quantizable tensors the file leaves to ``--input_list`` calibration.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.cache import file_digest
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.encodings import (
     bitwidth_mismatches,
@@ -50,7 +50,7 @@ class EncodingsStage(Stage):
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         path = ctx.export.quantization.overrides
         try:
-            digest = hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+            digest = file_digest(Path(path)) if path else None   # streamed, not read whole
         except OSError:
             digest = "unreadable"
         return {"overrides_sha256": digest}

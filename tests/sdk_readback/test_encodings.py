@@ -254,5 +254,5 @@ def test_bad_model_path(tmp_path: Path) -> None:
         load_model(tmp_path / "none.onnx")
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00\x01garbage" * 10)
-    with pytest.raises(UserError, match="not a readable ONNX model"):
+    with pytest.raises(UserError, match="cannot read ONNX model"):
         load_model(bad)
