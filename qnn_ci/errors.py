@@ -35,7 +35,7 @@ class UserError(Exception):
                 where += f":{self.line}"
         if self.key:
             where = f"{where}: {self.key}" if where else self.key
-        text = " ".join(self.message.split("\n"))
+        text = " ".join(self.message.splitlines())
         return f"{where}: {text}" if where else text
 
 

@@ -3,27 +3,28 @@
 Every error is a ``UserError`` naming the file, the line and the key path, and
 what to do: unknown keys (with a did-you-mean), wrong types, missing files,
 duplicate export names, unknown SoCs, cycles in ``from:`` chains, and shapes
-whose rank disagrees with the model.
+whose rank disagrees with the model. Hostile input (see ``qnn_ci.yaml_lines`` for
+the YAML side) gets the same one line: unusable paths, numbers that are NaN, do
+not fit the input's dtype or are infinite where a finite one is needed.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import importlib.util
 import json
 import logging
+import math
+import re
+import reprlib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci.errors import UserError
-from qnn_ci.onnx_io import model_signature
 from qnn_ci.spec import (
     CalibrationSpec,
     ExportSpec,
@@ -37,6 +38,11 @@ from qnn_ci.spec import (
 from qnn_ci.tables import DEFAULT_COSINE, get_soc
 from qnn_ci.yaml_lines import KeyPath, dotted, line_of, load_yaml_with_lines
 
+if TYPE_CHECKING:
+    import jsonschema
+
+    from qnn_ci.onnx_io import ModelSignature
+
 log = logging.getLogger(__name__)
 
 MANIFEST_NAMES = ("qnn-ci.yaml", "qnn-ci.yml")
@@ -44,11 +50,51 @@ BOARDS_FILE = "qnn-boards.yaml"
 METRICS = ("cosine", "snr", "psnr", "max_abs", "mean_abs")
 
 
+INT64 = 1 << 63
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = 4
+_REPR.maxlevel = 2
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """A repr short enough for a one-line message."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _names(names: Any) -> str:
+    """Tensor names (from a model file: any text) for a one-line message."""
+    return ", ".join(_show(n) for n in names) or "(none)"
+
+
+def _show(path: Path | str) -> str:
+    """A path for a message: as is, or its repr when it holds line breaks or other
+    unprintable characters (the message must stay one line)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
 @cache
 def schema() -> dict[str, Any]:
     """The manifest's JSON Schema, as published in the package."""
     text = resources.files("qnn_ci").joinpath("schema/qnn-ci.schema.json").read_text("utf-8")
     return json.loads(text)
+
+
+def _is_integer(_checker: Any, instance: Any) -> bool:
+    # JSON Schema counts 4.0 as an integer; samples: 4.0 would reach range() as a float.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+@cache
+def _validator() -> Any:
+    import jsonschema  # not at import: `import qnn_ci.plugin` stays light
+
+    base = jsonschema.Draft202012Validator
+    strict = jsonschema.validators.extend(
+        base, type_checker=base.TYPE_CHECKER.redefine("integer", _is_integer))
+    return strict(schema())
 
 
 @dataclass
@@ -74,6 +120,16 @@ class _Ctx:
         self.path = path
         self.lines = lines
 
+    def outside(self, idx: int, key_path: KeyPath) -> bool:
+        """Whether ``key_path`` (of export ``idx``) is written outside that export's
+        lines: in `defaults:` or in an anchor merged with `<<:`."""
+        line = line_of(self.lines, self.locate(key_path))
+        start = self.lines.get(("exports", idx))
+        end = self.lines.get(("exports", idx + 1))
+        if line is None or start is None:
+            return False
+        return line < start or (end is not None and end > start and line >= end)
+
     def locate(self, key_path: KeyPath) -> KeyPath:
         """Where a merged value was written: the export, else `defaults`."""
         if key_path not in self.lines and len(key_path) > 2 and key_path[0] == "exports":
@@ -97,114 +153,236 @@ def _describe_schema_error(err: jsonschema.ValidationError) -> tuple[KeyPath, st
     path: KeyPath = tuple(err.absolute_path)
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
         allowed = list(err.schema.get("properties", {}))
-        extra = [k for k in err.instance if k not in allowed]
+        patterns = list(err.schema.get("patternProperties", {}))
+        extra = [k for k in err.instance if k not in allowed
+                 and not any(re.search(p, str(k)) for p in patterns)]
         if extra:
             key = str(extra[0])
             hint = _did_you_mean(key, allowed)
-            return (*path, key), f"unknown key {key!r}{hint}; allowed: {', '.join(allowed)}"
+            also = "".join(f", {p.lstrip('^')}* (anchors)" for p in patterns)
+            return (*path, key), (f"unknown key {_short(key)}{hint}; allowed: "
+                                  f"{', '.join(allowed)}{also}")
     if err.validator == "required":
         return path, str(err.message).replace("is a required property", "is required")
     if err.validator == "type":
         want = err.validator_value
         want = " or ".join(want) if isinstance(want, list) else want
-        return path, f"expected {want}, got {type(err.instance).__name__} {err.instance!r}"
+        return path, f"expected {want}, got {type(err.instance).__name__} {_short(err.instance)}"
+    if err.validator == "maxLength" and path and path[-1] == "name":
+        return path, (f"export name {_short(err.instance)} has {len(err.instance)} characters, "
+                      f"more than {err.validator_value}: it names the work folder "
+                      "<workdir>/<name>/<stage>/ and must leave room for the files in it; "
+                      "shorten it")
+    if err.validator == "maxItems" and isinstance(err.instance, list):
+        return path, (f"{len(err.instance)} entries, more than the {err.validator_value} "
+                      "allowed here: split the manifest")
     if err.validator == "pattern":
         if path and path[-1] == "generator":
-            return path, (f"{err.instance!r} is not a generator reference: write "
+            return path, (f"{_short(err.instance)} is not a generator reference: write "
                           "package.module:function (e.g. calib.samples:batches)")
         if path and path[-1] == "name":
-            return path, (f"export name {err.instance!r} may use letters, digits, '_', '.' "
+            return path, (f"export name {_short(err.instance)} may use letters, digits, '_', '.' "
                           "and '-', starting with a letter or digit")
     if err.validator == "enum":
-        return path, f"{err.instance!r} is not one of {err.validator_value}"
+        return path, f"{_short(err.instance)} is not one of {err.validator_value}"
     if err.validator == "oneOf" and path and path[-1] == "from":
         return path, "expected an export name or {export: NAME, outputs: {upstream: input}}"
-    return path, err.message
+    message = str(err.message)
+    if len(message) > 200:   # jsonschema quotes the whole value
+        message = message.replace(repr(err.instance), _short(err.instance))
+    return path, message
 
 
 def _validate(ctx: _Ctx, data: Any) -> None:
     if not isinstance(data, dict):
         raise UserError("a manifest is a mapping with `exports:` (and optional `defaults:`)",
                         file=ctx.path, line=1)
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path),
+    errors = sorted(_validator().iter_errors(data), key=lambda e: (len(e.absolute_path),
                                                                  list(map(str, e.absolute_path))))
     if errors:
         # A misspelt key also makes a required key "missing": report the typo.
         typos = [e for e in errors if e.validator == "additionalProperties"]
-        best = typos[0] if typos else jsonschema.exceptions.best_match(errors)
+        if typos:
+            best = typos[0]
+        else:
+            from jsonschema.exceptions import best_match
+
+            best = best_match(errors)
         key_path, message = _describe_schema_error(best)
         raise ctx.error(key_path, message)
+    _check_numbers(ctx, data, ())
+
+
+def _model_signature(path: Path) -> ModelSignature:
+    from qnn_ci.onnx_io import model_signature as read  # onnx and numpy: only when loading
+
+    return read(path)
+
+
+def _check_numbers(ctx: _Ctx, value: Any, path: KeyPath) -> None:
+    """NaN anywhere, infinity outside thresholds and integers beyond int64 pass the
+    schema but break the stages: refuse them. Input values are checked against the
+    input's dtype later (`_check_value`). The loader bounds size and depth."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not (k == "value" and len(path) >= 2 and path[-2] == "inputs"):
+                _check_numbers(ctx, v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_numbers(ctx, v, (*path, i))
+    elif isinstance(value, float):
+        if math.isnan(value):
+            raise ctx.error(path, "is NaN (.nan), which every comparison fails: give a number")
+        if math.isinf(value) and "thresholds" not in path:
+            raise ctx.error(path, f"is infinite ({value}): give a finite number")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= INT64:
+        raise ctx.error(path, f"{_short(value)} is too large (beyond int64): give a smaller "
+                              "number")
 
 
 def _merge(base: Any, over: Any) -> Any:
+    """``over`` on top of ``base``, mapping by mapping. Shares unchanged values
+    (nothing mutates them) so many exports over large defaults stay cheap."""
     if isinstance(base, dict) and isinstance(over, dict):
-        out = copy.deepcopy(base)
+        out = dict(base)
         for k, v in over.items():
-            out[k] = _merge(out[k], v) if k in out else copy.deepcopy(v)
+            out[k] = _merge(base[k], v) if k in base else v
         return out
-    return copy.deepcopy(over)
+    return over
 
 
-def _resolve(base: Path, value: str | None) -> Path | None:
+def _resolve(ctx: _Ctx, key_path: KeyPath, value: str | None, what: str) -> Path | None:
     """Absolute path: relative to the manifest's folder; ``pkg:PACKAGE/path`` names a
     file inside an installed Python package (models shipped in wheels)."""
     if value is None:
         return None
-    if value.startswith("pkg:"):
-        package, _, rest = value[4:].partition("/")
+    try:
+        if value.startswith("pkg:"):
+            return _in_package(ctx, key_path, value, what)
+        p = Path(value).expanduser()
+        return (p if p.is_absolute() else ctx.path.parent / p).resolve()
+    except RuntimeError as exc:   # ~user without a home, a symlink loop
+        todo = "write the full path" if value.startswith("~") else "fix the path"
+        raise ctx.error(key_path, f"{what} path {_short(value)}: {str(exc).rstrip('.')}; "
+                                  f"{todo}") from None
+    except ValueError as exc:     # a NUL byte
+        raise ctx.error(key_path, f"{what} path {_short(value)} is not usable ({exc}): "
+                                  "fix the path") from None
+    except OSError as exc:        # e.g. a name too long for the file system
+        raise ctx.error(key_path, f"{what} path {_short(value)}: {exc.strerror or exc}; "
+                                  "fix the path") from None
+
+
+def _in_package(ctx: _Ctx, key_path: KeyPath, value: str, what: str) -> Path:
+    package, _, rest = value[4:].partition("/")
+    try:
         # find_spec locates the package without running its __init__.
         spec = importlib.util.find_spec(package) if package.isidentifier() else None
-        if spec is None or not spec.submodule_search_locations:
-            return Path(f"<package {package} is not installed>") / rest
-        return (Path(next(iter(spec.submodule_search_locations))) / rest).resolve()
-    p = Path(value).expanduser()
-    return (p if p.is_absolute() else base / p).resolve()
+    except (ImportError, ValueError) as exc:   # e.g. __main__ has no spec
+        raise ctx.error(key_path, f"{what}: cannot locate Python package {_short(package)} "
+                                  f"({exc}); name an installed package, or give a file "
+                                  "path") from None
+    if spec is None or not spec.submodule_search_locations:
+        raise ctx.error(key_path, f"{what}: Python package {_short(package)} is not "
+                                  "installed (pip install it, or give a file path)")
+    return (Path(next(iter(spec.submodule_search_locations))) / rest).resolve()
 
 
 def _check_file(ctx: _Ctx, key_path: KeyPath, path: Path | None, what: str) -> None:
-    if path is not None and str(path).startswith("<package "):
-        package = str(path).split()[1]
-        raise ctx.error(key_path, f"{what}: Python package {package!r} is not installed "
-                                  f"(pip install it, or give a file path)")
-    if path is not None and not path.is_file():
-        raise ctx.error(key_path, f"{what} not found: {path} (paths resolve against "
-                                  f"the manifest's folder {ctx.path.parent})")
+    if path is None:
+        return
+    try:
+        found = path.is_file()
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ctx.error(key_path, f"{what} {_show(path)}: {reason}; fix the path") from None
+    if not found:
+        raise ctx.error(key_path, f"{what} not found: {_show(path)} (paths resolve against "
+                                  f"the manifest's folder {_show(ctx.path.parent)})")
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The scalars of a nested list (bounded by the loader's limits)."""
+    out: list[Any] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+        else:
+            out.append(v)
+    return out
+
+
+def _fit_dtype(value: Any, dtype: Any) -> str | None:
+    """Why ``value`` (a scalar or nested list) does not fit ``dtype``, else None."""
+    import numpy as np
+
+    for v in _leaves(value):
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            continue   # numpy says what is wrong with these
+        if dtype.kind in "iu":
+            if isinstance(v, float) and not math.isfinite(v):
+                return f"{v} is not finite, so it does not fit {dtype.name}"
+            if isinstance(v, float) and not v.is_integer():
+                return f"{v} is not a whole number, so it does not fit {dtype.name}"
+            info = np.iinfo(dtype)
+            if not info.min <= v <= info.max:
+                return (f"{_short(v)} does not fit {dtype.name} (from {info.min} to "
+                        f"{info.max})")
+        elif dtype.kind in "fc" and math.isfinite(v):
+            top = float(np.finfo(dtype).max)
+            if abs(v) > top:
+                return f"{_short(v)} does not fit {dtype.name} (at most {top:g})"
+    return None
 
 
 def _check_value(ctx: _Ctx, key_path: KeyPath, spec: InputSpec,
                  shape: tuple[int | None, ...] | None) -> None:
     import numpy as np
 
+    name = spec.dtype or "float32"
     try:
-        arr = np.asarray(spec.value, dtype=spec.dtype or "float32")
-    except (ValueError, TypeError) as exc:
-        raise ctx.error(key_path, f"value {spec.value!r} is not a {spec.dtype} array: "
-                                  f"{exc}") from None
+        dtype = np.dtype(name)
+        why = _fit_dtype(spec.value, dtype)
+        arr = None if why else np.asarray(spec.value, dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        why = f"{_short(spec.value)} is not a {name} array ({first})"
+        arr = None
+    if arr is None:
+        raise ctx.error(key_path, f"value of input {_short(spec.name)}: {why}; give values "
+                                  f"that fit {name}")
     if shape is not None:
         try:
             np.broadcast_to(arr, tuple(int(d or 0) for d in shape))
-        except ValueError:
+        except (ValueError, TypeError, OverflowError):
             raise ctx.error(key_path, f"value of shape {list(arr.shape)} does not fit input "
-                                      f"{spec.name!r} of shape {list(shape)}") from None
+                                      f"{_short(spec.name)} of shape {list(shape)}") from None
 
 
 def _check_generator(ctx: _Ctx, key_path: KeyPath, spec: str) -> None:
     """The generator's top-level module can be found (the manifest's folder first),
     without running it: user code runs only when the calibration stage does."""
     top = spec.partition(":")[0].split(".")[0]
-    if (ctx.path.parent / f"{top}.py").is_file() or (ctx.path.parent / top).is_dir():
-        return
-    if importlib.util.find_spec(top) is None:
-        raise ctx.error(key_path, f"generator {spec!r}: no module {top!r} in the manifest's "
-                                  f"folder {ctx.path.parent} or on sys.path")
+    try:
+        if (ctx.path.parent / f"{top}.py").is_file() or (ctx.path.parent / top).is_dir():
+            return
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError, OSError) as exc:   # e.g. __main__ has no spec
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ctx.error(key_path, f"generator {_short(spec)}: cannot look up module "
+                                  f"{_short(top)} ({reason}); name a module in the "
+                                  "manifest's folder or an installed one") from None
+    if not found:
+        raise ctx.error(key_path, f"generator {_short(spec)}: no module {top!r} in the "
+                                  f"manifest's folder {_show(ctx.path.parent)} or on sys.path")
 
 
 def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
-    base = ctx.path.parent
     kp: KeyPath = ("exports", idx)
     name = raw["name"]
-    model = _resolve(base, raw["model"])
+    model = _resolve(ctx, (*kp, "model"), raw["model"], "model")
     assert model is not None
     _check_file(ctx, (*kp, "model"), model, "model")
 
@@ -216,19 +394,19 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
             dtype=spec.get("dtype"), encoding=spec.get("encoding"), value=spec.get("value"))
 
     try:
-        sig = model_signature(model)
+        sig = _model_signature(model)
     except Exception as exc:  # onnx raises many kinds on a broken file
-        raise ctx.error((*kp, "model"), f"cannot read ONNX model {model}: "
+        raise ctx.error((*kp, "model"), f"cannot read ONNX model {_show(model)}: "
                                         f"{str(exc).splitlines()[0] if str(exc) else exc}"
                         ) from None
     declared = sig.inputs
-    of_export = f" (export {name!r})" if ("exports", idx, "inputs") not in ctx.lines else ""
+    of_export = f" (export {name!r})" if ctx.outside(idx, (*kp, "inputs")) else ""
     for in_name, spec in inputs.items():
         ikp = (*kp, "inputs", in_name)
         if in_name not in declared:
             hint = _did_you_mean(in_name, list(declared))
-            raise ctx.error(ikp, f"model {model.name}{of_export} has no input {in_name!r}"
-                                 f"{hint}; its inputs: {', '.join(declared) or '(none)'}")
+            raise ctx.error(ikp, f"model {_show(model.name)}{of_export} has no input {in_name!r}"
+                                 f"{hint}; its inputs: {_names(declared)}")
         dims, dtype = declared[in_name]
         if spec.shape is not None and dims is not None:
             if len(dims) != len(spec.shape):
@@ -272,7 +450,8 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
         name_map = dict(frm.get("outputs") or {})
     if cal_raw.get("generator"):
         _check_generator(ctx, (*kp, "calibration", "generator"), cal_raw["generator"])
-    input_list = _resolve(base, cal_raw.get("input_list"))
+    input_list = _resolve(ctx, (*kp, "calibration", "input_list"), cal_raw.get("input_list"),
+                          "input list")
     _check_file(ctx, (*kp, "calibration", "input_list"), input_list, "input list")
     calibration = CalibrationSpec(
         samples=cal_raw.get("samples"), input_list=input_list,
@@ -280,7 +459,8 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
         held_out=cal_raw.get("held_out"), depends=tuple(cal_raw.get("depends") or ()))
 
     q = raw.get("quantization") or {}
-    overrides = _resolve(base, q.get("overrides"))
+    overrides = _resolve(ctx, (*kp, "quantization", "overrides"), q.get("overrides"),
+                         "encodings file")
     _check_file(ctx, (*kp, "quantization", "overrides"), overrides, "encodings file")
     quantization = QuantizationSpec(
         act_bitwidth=q.get("act_bitwidth", QuantizationSpec.act_bitwidth),
@@ -305,10 +485,12 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
         if out_name not in sig.outputs:
             hint = _did_you_mean(out_name, list(sig.outputs))
             raise ctx.error((*kp, "thresholds", "outputs", out_name),
-                            f"model {model.name}{of_export} has no output {out_name!r}{hint}; "
-                            f"its outputs: {', '.join(sig.outputs)}")
+                            f"model {_show(model.name)}{of_export} has no output {out_name!r}"
+                            f"{hint}; its outputs: {_names(sig.outputs)}")
     s = raw.get("sdk") or {}
-    sdk = SdkSpec(root=_resolve(base, s.get("root")), esdk_env=_resolve(base, s.get("esdk_env")),
+    sdk = SdkSpec(root=_resolve(ctx, (*kp, "sdk", "root"), s.get("root"), "SDK root"),
+                  esdk_env=_resolve(ctx, (*kp, "sdk", "esdk_env"), s.get("esdk_env"),
+                                    "ESDK env script"),
                   timeout_s=float(s.get("timeout", SdkSpec.timeout_s)))
     sim = SimSpec(samples=(raw.get("sim") or {}).get("samples", SimSpec.samples))
     return ExportSpec(
@@ -347,25 +529,25 @@ def _check_from_chains(ctx: _Ctx, exports: list[ExportSpec]) -> None:
 def _check_name_map(ctx: _Ctx, i: int, e: ExportSpec, up: ExportSpec) -> None:
     """`from:` hands upstream outputs to this export's inputs: every name must exist
     and every input must be fed."""
-    up_outputs = model_signature(up.model).outputs
-    inputs = list(model_signature(e.model).inputs)
+    up_outputs = _model_signature(up.model).outputs
+    inputs = list(_model_signature(e.model).inputs)
     kp: KeyPath = ("exports", i, "calibration", "from")
     mapping = e.calibration.name_map or {n: n for n in up_outputs if n in inputs}
     for out_name, in_name in mapping.items():
         if out_name not in up_outputs:
             hint = _did_you_mean(out_name, list(up_outputs))
             raise ctx.error((*kp, "outputs", out_name),
-                            f"export {up.name!r} ({up.model.name}) has no output {out_name!r}"
-                            f"{hint}; its outputs: {', '.join(up_outputs)}")
+                            f"export {up.name!r} ({_show(up.model.name)}) has no output "
+                            f"{out_name!r}{hint}; its outputs: {_names(up_outputs)}")
         if in_name not in inputs:
             hint = _did_you_mean(in_name, inputs)
             raise ctx.error((*kp, "outputs", out_name),
-                            f"{in_name!r} is not an input of {e.model.name}{hint}; its inputs: "
-                            f"{', '.join(inputs)}")
+                            f"{in_name!r} is not an input of {_show(e.model.name)}{hint}; its "
+                            f"inputs: {_names(inputs)}")
     unfed = [n for n in inputs if n not in mapping.values()]
     if unfed:
-        raise ctx.error(kp, f"input(s) {', '.join(unfed)} of {e.model.name} get no upstream "
-                            f"output (outputs of {up.name!r}: {', '.join(up_outputs)}); map "
+        raise ctx.error(kp, f"input(s) {_names(unfed)} of {_show(e.model.name)} get no "
+                            f"upstream output (outputs of {up.name!r}: {_names(up_outputs)}); map "
                             "them with from: {export: ..., outputs: {upstream: input}}")
 
 
@@ -408,7 +590,7 @@ def load_manifest(path: str | Path) -> Manifest:
             hint = _did_you_mean(e.board, list(boards))
             raise ctx.error(("exports", i, "board"),
                             f"board {e.board!r} is not declared{hint}; declared: "
-                            f"{', '.join(boards)}")
+                            f"{_names(boards)}")
     return Manifest(path=path, exports=exports, boards=boards, lines=lines)
 
 
