@@ -188,6 +188,13 @@ def _root(exc: BaseException) -> BaseException | None:
     return inner
 
 
+def _says_dropped(exc: BaseException) -> bool:
+    """paramiko's words for a connection the server closed under us: its SFTP client
+    ("Server connection dropped: ") and its packetizer ("Socket is closed")."""
+    text = str(exc).strip()
+    return text.startswith("Server connection dropped") or text == "Socket is closed"
+
+
 def _dropped(where: str, exc: BaseException | None) -> _Dropped:
     return _Dropped(f"connection dropped by the server ({where}{_cause(exc)})")
 
@@ -203,7 +210,7 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, EOFError | ConnectionError):
         return str(_dropped("", exc))
     text = str(exc).strip()
-    if text.startswith("Server connection dropped"):      # paramiko's SFTP client
+    if _says_dropped(exc):
         return str(_dropped("", _root(exc)))
     return text or type(exc).__name__
 
@@ -531,9 +538,10 @@ class SshTransport(ShellFileOps):
                     if dog.fired or isinstance(exc, TimeoutError):
                         raise _Stalled(f"no data moved for {stall:g} s during {what} "
                                        "(board hung?)") from exc
-                    if str(exc).startswith("Server connection dropped"):
+                    transport = conn.client.get_transport()
+                    if _says_dropped(exc) or (transport is not None
+                                              and not transport.is_active()):
                         # paramiko says only that; the transport thread kept the cause
-                        transport = conn.client.get_transport()
                         cause = getattr(transport, "saved_exception", None) or _root(exc)
                         raise _dropped("", cause) from exc
                     raise

@@ -454,6 +454,10 @@ def test_paramiko_tracebacks_go_to_debug(sshd: SshServer,
         t = SshTransport(replace(board, port=port))
         with pytest.raises(TransportError, match="no SSH banner"):
             t.run(["true"], timeout=5)
+        # paramiko's transport thread logs its traceback on its own schedule.
+        _wait_until(lambda: any("Traceback" in r.getMessage() for r in caplog.records
+                                if r.name.startswith("paramiko")),
+                    "paramiko to log the banner traceback", 10)
     paramiko_records = [r for r in caplog.records if r.name.startswith("paramiko")]
     assert any("Traceback" in r.getMessage() for r in paramiko_records)   # kept, for -vv
     assert {r.levelname for r in paramiko_records} == {"DEBUG"}
