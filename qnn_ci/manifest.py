@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qnn_ci.defaults import MANIFEST_NAMES
 from qnn_ci.errors import UserError
 from qnn_ci.spec import (
     CalibrationSpec,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MANIFEST_NAMES = ("qnn-ci.yaml", "qnn-ci.yml")
 BOARDS_FILE = "qnn-boards.yaml"
 METRICS = ("cosine", "snr", "psnr", "max_abs", "mean_abs")
 

@@ -57,6 +57,21 @@ def load_stages(names: tuple[str, ...] = STAGE_ORDER) -> dict[str, Stage]:
     return stages
 
 
+def load_stages_for(selected: set[str]) -> dict[str, Stage]:
+    """The stages a run of only ``selected`` needs: those, and what they need (of their
+    own export and of peers), transitively; in pipeline order. Other stage modules
+    are not imported."""
+    want = set(selected) & set(STAGE_ORDER)
+    loaded: dict[str, Stage] = {}
+    tried: set[str] = set()
+    while todo := tuple(n for n in STAGE_ORDER if n in want and n not in tried):
+        tried.update(todo)
+        for name, stage in load_stages(todo).items():
+            loaded[name] = stage
+            want.update(n for n in (*stage.needs, *stage.peer_needs) if n in STAGE_ORDER)
+    return {n: loaded[n] for n in STAGE_ORDER if n in loaded}
+
+
 # A stage sets ``result.data[NO_CACHE] = True`` on a failure that may not repeat (a
 # tool timed out or was killed by a signal, a crash): it is never reused.
 NO_CACHE = "no_cache"
@@ -207,6 +222,13 @@ class Pipeline:
                       for p, r in peer_results.items()},
         })
         self._keys[(export_name, stage_name)] = cache_key
+        if self.env.use_cache:
+            # A cached result needs no lock: result.json is replaced atomically, and a
+            # run holding the lock with this key would have found it too.
+            cached = self.store.load(stage_dir, cache_key, this_run=self.env.run_token)
+            if cached is not None:
+                log.info("%s::%s: cached (%s)", export_name, stage_name, cached.status)
+                return cached
         stage_dir.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(stage_dir.parent / f".{stage_name}.lock")):
             if self.env.use_cache or self.env.run_token:

@@ -14,26 +14,19 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from qnn_ci.errors import UserError
-from qnn_ci.internal_error import INTERNAL_ERROR, crash_log, oneline, write_log
-from qnn_ci.manifest import MANIFEST_NAMES
-from qnn_ci.pipeline import STAGE_ORDER, Pipeline
-from qnn_ci.report.junit import property_value
-from qnn_ci.report.summary import Row, annotations, markdown_summary, terminal_table
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.session import (
-    DEFAULT_WORKDIR,
-    Opened,
-    Options,
-    check_selection,
-    check_unique_exports,
-    open_pipeline,
-)
-from qnn_ci.spec import ExportSpec
+from qnn_ci.defaults import DEFAULT_WORKDIR, MANIFEST_NAMES
+
+if TYPE_CHECKING:   # the engine is imported when a manifest is collected, not before
+    from qnn_ci.errors import UserError
+    from qnn_ci.pipeline import Pipeline
+    from qnn_ci.report.summary import Row
+    from qnn_ci.results import StageResult
+    from qnn_ci.session import Opened, Options
+    from qnn_ci.spec import ExportSpec
 
 MARKERS = {
     "qnn": "a qnn-ci stage of a model export",
@@ -41,7 +34,7 @@ MARKERS = {
     "qnn_board": "a qnn-ci stage that needs a board",
     "qnn_sim": "a qnn-ci stage that needs onnxruntime-qnn's HTP simulator",
 }
-_PIPELINES = pytest.StashKey[dict[Path, Opened]]()
+_PIPELINES = pytest.StashKey[dict[Path, "Opened"]]()
 _EXPORTS = pytest.StashKey[dict[str, Path]]()   # export name -> its manifest (unique)
 _TOKEN = pytest.StashKey[str]()
 
@@ -95,6 +88,8 @@ class _XdistHooks:
 
 
 def _options(config: pytest.Config) -> Options:
+    from qnn_ci.session import Options
+
     sdk = _option(config, "sdk_root")
     workdir = Path(_option(config, "workdir") or DEFAULT_WORKDIR)
     if not workdir.is_absolute():
@@ -117,6 +112,10 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 class ManifestFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        from qnn_ci.errors import UserError
+        from qnn_ci.internal_error import write_log
+        from qnn_ci.session import check_unique_exports, open_pipeline
+
         cache = self.config.stash[_PIPELINES]
         try:
             if self.path not in cache:
@@ -147,6 +146,8 @@ class ManifestError(pytest.Item):
     """A manifest that does not load is one failing item with the one-line reason."""
 
     def __init__(self, *, error: UserError, **kw: Any) -> None:
+        from qnn_ci.results import Status
+
         super().__init__(**kw)
         self.error = error
         self.add_marker("qnn")
@@ -174,6 +175,9 @@ class InternalErrorItem(pytest.Item):
     one-line pointer to the traceback's log file; the session exits 3."""
 
     def __init__(self, *, error: Exception, log: Path | None, **kw: Any) -> None:
+        from qnn_ci.internal_error import oneline
+        from qnn_ci.results import Status
+
         super().__init__(**kw)
         self.line = oneline("qnn-ci", error, log)
         self.add_marker("qnn")
@@ -201,6 +205,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     opened = list(session.config.stash.get(_PIPELINES, {}).values())
     names = _option(session.config, "export") or []
     if opened and names:
+        from qnn_ci.errors import UserError
+        from qnn_ci.session import check_selection
+
         try:
             check_selection(opened, list(names))
         except UserError as exc:
@@ -237,6 +244,8 @@ class StageItem(pytest.Item):
         self.pipeline = pipeline
 
     def runtest(self) -> None:
+        from qnn_ci.results import Status
+
         result = self.pipeline.result(self.export.name, self.name)
         self._record(result)
         if result.status == Status.SKIPPED:
@@ -246,6 +255,10 @@ class StageItem(pytest.Item):
             raise QnnFailure(result.failure_text() or result.summary)
 
     def _record(self, r: StageResult) -> None:
+        from qnn_ci.internal_error import crash_log
+        from qnn_ci.report.junit import property_value
+        from qnn_ci.results import Severity
+
         props: list[tuple[str, Any]] = [
             ("qnn.export", self.export.name), ("qnn.stage", self.name),
             ("qnn.status", r.status.value), ("qnn.summary", r.summary),
@@ -302,6 +315,11 @@ class _Reporter:
                                                if k == "qnn.finding"]})
 
     def _rows(self) -> list[Row]:
+        from qnn_ci.internal_error import INTERNAL_ERROR
+        from qnn_ci.pipeline import STAGE_ORDER
+        from qnn_ci.report.summary import Row
+        from qnn_ci.results import Finding, StageResult, Status
+
         rows = []
         for p in self.rows:
             status = Status(p["qnn.status"])
@@ -331,6 +349,8 @@ class _Reporter:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if hasattr(self.config, "workerinput") or not self.rows:
             return
+        from qnn_ci.report.summary import annotations, markdown_summary, terminal_table
+
         rows = self._rows()
         terminalreporter.write_sep("=", "qnn-ci summary")
         terminalreporter.write_line(terminal_table(rows))

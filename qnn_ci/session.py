@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.defaults import DEFAULT_WORKDIR
 from qnn_ci.errors import UserError
 from qnn_ci.manifest import Manifest, load_manifest
-from qnn_ci.pipeline import Pipeline
+from qnn_ci.pipeline import Pipeline, load_stages_for
 from qnn_ci.stage import Environment
 
-DEFAULT_WORKDIR = ".qnn-ci"
+__all__ = ["DEFAULT_WORKDIR", "Opened", "Options", "check_selection", "check_unique_exports",
+           "make_environment", "open_pipeline"]
 
 
 @dataclass
@@ -28,6 +30,7 @@ class Options:
     use_cache: bool = True
     run_token: str = ""
     exports: list[str] = field(default_factory=list)     # select by name (empty: all)
+    stages: list[str] = field(default_factory=list)      # run only these (and needs)
 
 
 def make_environment(opts: Options, manifest: Manifest,
@@ -62,7 +65,8 @@ def open_pipeline(path: Path, opts: Options) -> Opened:
     manifest = load_manifest(path)
     env = make_environment(opts, manifest)
     selected = [e.name for e in manifest.exports if not opts.exports or e.name in opts.exports]
-    return Opened(manifest, Pipeline(manifest.exports, env), selected)
+    stages = load_stages_for(set(opts.stages)) if opts.stages else None
+    return Opened(manifest, Pipeline(manifest.exports, env, stages=stages), selected)
 
 
 def check_selection(opened: list[Opened], names: list[str]) -> None:

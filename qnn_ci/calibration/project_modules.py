@@ -139,9 +139,28 @@ def _root_of(module: str, file: Path) -> Path:
     return file.parents[depth]
 
 
+# (module, base folder, sys.path) -> the closure and its files' digests when found.
+_CLOSURES: dict[tuple[str, Path, tuple[str, ...]], tuple[Closure | None, dict[Path, str]]] = {}
+
+
 def import_closure(module: str, base_dir: Path) -> Closure | None:
-    """The project files ``module`` runs (None when it cannot be found)."""
+    """The project files ``module`` runs (None when it cannot be found).
+
+    Memoised for this process while every file of the closure keeps its content (by
+    ``file_digest``: a project file edited during a run is parsed again); a module
+    that could not be found is looked for again every time."""
     base = base_dir.resolve()
+    memo_key = (module, base, tuple(sys.path))
+    known = _CLOSURES.get(memo_key)
+    if known is not None and known[0] is not None and _digests(known[0]) == known[1]:
+        return known[0]
+    closure = _import_closure(module, base)
+    if closure is not None:
+        _CLOSURES[memo_key] = (closure, _digests(closure))
+    return closure
+
+
+def _import_closure(module: str, base: Path) -> Closure | None:
     search = [str(base)] + [p for p in sys.path if p != str(base)]
     chain = _find(module, search)
     if len(chain) != module.count(".") + 1:
@@ -189,15 +208,24 @@ def _distributions() -> dict[str, list[str]]:
         return {}
 
 
+@functools.cache
+def _version(dist: str) -> str | None:
+    """A distribution's version, read once per process."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def package_versions(top_level: tuple[str, ...]) -> dict[str, str]:
-    """``{distribution: version}`` for the third-party top-level modules."""
+    """``{distribution: version}`` for the third-party top-level modules (installed
+    versions are read once per process)."""
     out: dict[str, str] = {}
     for top in top_level:
         for dist in _distributions().get(top, []):
-            try:
-                out[dist] = importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
-                continue
+            version = _version(dist)
+            if version is not None:
+                out[dist] = version
     out["python"] = ".".join(map(str, sys.version_info[:3]))
     return dict(sorted(out.items()))
 

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     paths = find_manifests(args.manifests)
     opts = Options(workdir=args.workdir, sdk_root=args.sdk_root, board=args.board,
                    boards_file=args.boards_file, use_cache=not args.no_cache,
-                   exports=args.export)
+                   exports=args.export, stages=args.stage)
     # The report exists from the start: whatever happens next, it says what ran.
     writer = JUnitWriter(args.junit) if args.junit else None
     progress = Progress()
@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         _stopped(progress, args, writer, interrupts.reason(exc))
         raise
     except UserError:
+        if writer:
+            writer.flush()
         raise
     except Exception as exc:   # a bug in qnn-ci: say so in the report, then exit 3
         log_path = write_log(exc, args.workdir)
@@ -201,6 +203,8 @@ def _run_all(progress: Progress, args: argparse.Namespace, writer: JUnitWriter |
 
         def started(export: str, stage: str, o: Opened = o) -> None:
             progress.running = (o.manifest.path, export, stage)
+            if writer:   # the report on disk is whole and current while a stage runs
+                writer.flush()
             if starts:
                 print(f"  {export}::{stage}: running ...", file=sys.stderr, flush=True)
 
@@ -208,6 +212,8 @@ def _run_all(progress: Progress, args: argparse.Namespace, writer: JUnitWriter |
         o.pipeline.on_start = started
         for name in o.selected:
             o.pipeline.run_export(name, only)
+    if writer:
+        writer.flush()
 
 
 def _report(rows: list[Row], *, as_json: bool) -> None:

@@ -1,9 +1,11 @@
-"""JUnit XML for `qnn-ci run`, written with the junit-xml package.
+"""JUnit XML for `qnn-ci run` (testcases are junit-xml ``TestCase`` objects).
 
 Each (export, stage) is a testcase named like the pytest node id; the numbers
-go in as <properties> (valid under the xunit1 / "legacy" family). The file is
-rewritten atomically after every stage, so an interrupted or crashing run still
-leaves a valid report of what ran. A stage that crashed (a bug in qnn-ci) is an
+go in as <properties> (valid under the xunit1 / "legacy" family). Each testcase
+is serialised once; the file is replaced atomically as the run goes (at most every
+``JUnitWriter.interval_s``, before a stage starts running, at the end, and when the
+run stops early), so an interrupted or crashing run still leaves a valid report
+of what ran. A stage that crashed (a bug in qnn-ci) is an
 ``<error type="internal-error">`` with its traceback, as is the
 ``qnn-ci::internal-error`` testcase of a run that crashed.
 """
@@ -14,10 +16,13 @@ import contextlib
 import json
 import os
 import re
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import quoteattr
 
-from junit_xml import TestCase, TestSuite, to_xml_report_string
+from junit_xml import TestCase
 
 from qnn_ci.errors import UserError
 from qnn_ci.internal_error import TESTCASE, crash_log, describe
@@ -109,32 +114,161 @@ def internal_error_case(exc: BaseException, log: Path | None) -> TestCase:
     return _cleaned(tc)
 
 
+@dataclass(frozen=True)
+class _Serialised:
+    """One testcase as XML text, and what the suite's counters need of it."""
+
+    case: TestCase          # kept so the id() this is cached under stays this case's
+    xml: str
+    kind: str               # "error" | "failure" | "skipped" | ""
+    elapsed: float
+
+
+def _attr(value: str) -> str:
+    """An attribute value, quoted: line breaks and tabs as character references, so
+    they read back as they were (as ElementTree writes them)."""
+    return '"' + value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") \
+        .replace('"', "&quot;").replace("\r", "&#13;").replace("\n", "&#10;") \
+        .replace("\t", "&#09;") + '"'
+
+
+def _text(value: str) -> str:
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _element(tag: str, attrs: dict[str, str], text: str | None, pad: str) -> str:
+    head = pad + "<" + tag + "".join(f" {k}={_attr(v)}" for k, v in attrs.items())
+    return f"{head}>{_text(text)}</{tag}>" if text else head + " />"
+
+
+def case_xml(case: TestCase) -> str:
+    """One ``<testcase>`` as text, indented for its place in the report: the elements
+    and attributes junit-xml writes, plus the case's <properties> first. Every text
+    must already be XML-writable (``testcase`` / ``_cleaned`` see to it)."""
+    attrs = {"name": case.name}
+    if case.assertions:
+        attrs["assertions"] = f"{case.assertions:d}"
+    if case.elapsed_sec:
+        attrs["time"] = f"{case.elapsed_sec:f}"
+    for attr, key in (("timestamp", "timestamp"), ("classname", "classname"),
+                      ("status", "status"), ("category", "class"), ("file", "file"),
+                      ("line", "line"), ("log", "log"), ("url", "url")):
+        value = getattr(case, attr, None)
+        if value:
+            attrs[key] = str(value)
+    inner = "\n      "
+    children: list[str] = []
+    props = getattr(case, "properties", None)
+    if props:
+        children.append("<properties>" + "".join(
+            _element("property", {"name": k, "value": v}, None, inner + "  ")
+            for k, v in props.items()) + inner + "</properties>")
+    for tag, entries in (("failure", case.failures), ("error", case.errors)):
+        for entry in entries:
+            if entry["output"] or entry["message"]:
+                sub = {"type": entry["type"] or tag}
+                if entry["message"]:
+                    sub["message"] = entry["message"]
+                children.append(_element(tag, sub, entry["output"], ""))
+    for skipped in case.skipped:
+        sub = {"type": "skipped"}
+        if skipped["message"]:
+            sub["message"] = skipped["message"]
+        children.append(_element("skipped", sub, skipped["output"], ""))
+    for tag, text in (("system-out", case.stdout), ("system-err", case.stderr)):
+        if text:
+            children.append(_element(tag, {}, text, ""))
+    if not children:
+        return _element("testcase", attrs, None, "")
+    head = _element("testcase", attrs, None, "")[:-3] + ">"
+    return head + "".join(inner + c for c in children) + "\n    </testcase>"
+
+
+def _kind(case: TestCase) -> str:
+    if case.is_error():
+        return "error"
+    if case.is_failure():
+        return "failure"
+    return "skipped" if case.is_skipped() else ""
+
+
 class JUnitWriter:
-    def __init__(self, path: Path, suite_name: str = "qnn-ci") -> None:
+    """The report of one run, whole on disk at every moment.
+
+    Each testcase is serialised once (when first written); a write joins the cached
+    texts between a fresh head (the counters) and tail, and replaces the file
+    atomically. ``add`` writes at most every ``interval_s`` seconds (a cached run
+    adds a thousand cases a second; rewriting after each one is quadratic);
+    ``flush`` writes whatever is pending -- call it before a stage that takes a
+    while starts and at the end of the run. ``write`` always writes (also the
+    interrupted / internal-error reports). A run killed outright (SIGKILL) leaves
+    the last written report: whole, at most ``interval_s`` behind.
+    """
+
+    def __init__(self, path: Path, suite_name: str = "qnn-ci", *,
+                 interval_s: float = 0.25) -> None:
         self.path = path
         self.suite_name = suite_name
+        self.interval_s = interval_s
         self.cases: list[TestCase] = []
+        self._texts: dict[int, _Serialised] = {}
+        self._pending = False
+        self._last = 0.0
         self.write()
 
     def add(self, case: TestCase) -> None:
         self.cases.append(case)
-        self.write()
+        self._pending = True
+        if time.monotonic() - self._last >= self.interval_s:
+            self.write()
 
-    def write(self, *, interrupted: str | None = None,
-              internal_error: str | None = None) -> None:
-        """Rewrite the whole report atomically: a reader (or a second signal) sees the
-        previous report or this one, never a mix. ``interrupted`` (the reason) and
-        ``internal_error`` (the traceback's log file) become suite properties."""
-        suite = TestSuite(self.suite_name, list(self.cases))
+    def flush(self) -> None:
+        """Write the report if a case was added since the last write."""
+        if self._pending:
+            self.write()
+
+    def _serialised(self, case: TestCase) -> _Serialised:
+        known = self._texts.get(id(case))
+        if known is None or known.case is not case:
+            known = _Serialised(case, case_xml(case), _kind(case), case.elapsed_sec or 0.0)
+            self._texts[id(case)] = known
+        return known
+
+    def render(self, *, interrupted: str | None = None,
+               internal_error: str | None = None) -> str:
+        """The whole report as text (see ``write``)."""
+        cases = [self._serialised(c) for c in self.cases]
+        if len(self._texts) > 2 * len(cases) + 16:   # cases replaced (``cases = [...]``)
+            self._texts = {id(s.case): s for s in cases}
+        counts = {k: sum(1 for s in cases if s.kind == k) for k in ("error", "failure",
+                                                                      "skipped")}
+        total = round(sum(s.elapsed for s in cases), 6)
+        common = (f'disabled="0" errors="{counts["error"]}" failures="{counts["failure"]}"')
+        head = [
+            '<?xml version="1.0" encoding="utf-8"?>',
+            f'<testsuites {common} tests="{len(cases)}" time="{total}">',
+            f'  <testsuite {common} name={quoteattr(xml_text(self.suite_name))} '
+            f'skipped="{counts["skipped"]}" tests="{len(cases)}" time="{total}">',
+        ]
         props = {}
         if interrupted:
             props["qnn.interrupted"] = interrupted
         if internal_error:
             props["qnn.internal_error"] = internal_error
         if props:
-            suite.properties = _clean(props)
-        xml = to_xml_report_string([suite], prettyprint=True, encoding="utf-8")
-        xml = _properties_to_xml(xml, self.cases)
+            head.append("    <properties>")
+            head += [f"      <property name={quoteattr(xml_text(k))} "
+                     f"value={quoteattr(xml_text(v))} />" for k, v in props.items()]
+            head.append("    </properties>")
+        body = "".join(f"    {s.xml}\n" for s in cases)
+        return "\n".join(head) + "\n" + body + "  </testsuite>\n</testsuites>\n"
+
+    def write(self, *, interrupted: str | None = None,
+              internal_error: str | None = None) -> None:
+        """Write the whole report atomically: a reader (or a second signal) sees the
+        previous report or this one, never a mix. ``interrupted`` (the reason) and
+        ``internal_error`` (the traceback's log file) become suite properties."""
+        xml = self.render(interrupted=interrupted, internal_error=internal_error)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -147,26 +281,10 @@ class JUnitWriter:
         except BaseException:   # interrupted half-way: leave no temporary file behind
             _discard(tmp)
             raise
+        self._pending = False
+        self._last = time.monotonic()
 
 
 def _discard(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink(missing_ok=True)
-
-
-def _properties_to_xml(xml: str, cases: list[TestCase]) -> str:
-    """junit-xml writes suite properties only; add per-testcase <properties>."""
-    import xml.etree.ElementTree as ET
-
-    root = ET.fromstring(xml)
-    elems = root.findall(".//testcase")
-    for elem, case in zip(elems, cases, strict=False):
-        props = getattr(case, "properties", None)
-        if not props:
-            continue
-        pe = ET.Element("properties")
-        for k, v in props.items():
-            ET.SubElement(pe, "property", name=k, value=v)
-        elem.insert(0, pe)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode")

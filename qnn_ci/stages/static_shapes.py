@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci.cache import file_digest
 from qnn_ci.errors import UserError
 from qnn_ci.onnx_io import model_signature
 from qnn_ci.results import StageResult, Status
-from qnn_ci.shapes import ShapeReport, analyse_and_pin
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Stage, StageContext
+
+if TYPE_CHECKING:   # onnxruntime (via qnn_ci.shapes) only when the stage really runs
+    import numpy as np
+
+    from qnn_ci.shapes import ShapeReport
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,8 @@ def stage_result(report: ShapeReport, artefacts: dict[str, str]) -> StageResult:
 def fixed_feeds(export: ExportSpec) -> dict[str, np.ndarray] | None:
     """The manifest's fixed input values (``inputs.<name>.value``), broadcast to each
     input's pinned shape; other inputs get random data in the shape checks."""
+    import numpy as np
+
     declared = model_signature(export.model).inputs
     feeds = {}
     for name, spec in export.inputs.items():
@@ -77,6 +81,8 @@ class StaticShapesStage(Stage):
         return fp
 
     def run(self, ctx: StageContext) -> StageResult:
+        from qnn_ci.shapes import analyse_and_pin
+
         export = ctx.export
         stem = export.model.stem
         out_model = ctx.workdir / f"{stem}.static.onnx"

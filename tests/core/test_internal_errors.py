@@ -207,21 +207,21 @@ def test_pytest_exits_3_when_a_stage_crashed(pytester: pytest.Pytester,
 
 def test_pytest_manifest_qnn_ci_crashes_on_is_one_failing_item(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    import qnn_ci.plugin
+    import qnn_ci.session  # the plugin looks open_pipeline up there when it collects
 
     project(pytester.path)
     other = pytester.path / "other"
     other.mkdir()
     project(other).write_text(textwrap.dedent(MANIFEST).lstrip().replace("name: a", "name: c")
                               .replace("name: b", "name: d"))
-    real = qnn_ci.plugin.open_pipeline
+    real = qnn_ci.session.open_pipeline
 
     def open_pipeline(path: Path, opts: Any) -> Any:
         if path.parent.name == "other":
             raise RecursionError("maximum recursion depth exceeded")
         return real(path, opts)
 
-    monkeypatch.setattr(qnn_ci.plugin, "open_pipeline", open_pipeline)
+    monkeypatch.setattr(qnn_ci.session, "open_pipeline", open_pipeline)
     res = pytester.runpytest("-k", "static_shapes or internal", "-p", "no:cacheprovider")
     assert res.ret == pytest.ExitCode.INTERNAL_ERROR
     res.assert_outcomes(passed=2, failed=1)   # the other manifest's exports still ran
