@@ -81,6 +81,19 @@ QNN_DATATYPES: dict[str, int] = {
     "QNN_DATATYPE_BOOL_8": 0x0508, "QNN_DATATYPE_UNDEFINED": 0x7FFFFFFF,
 }
 QNN_DATATYPE_BY_CODE: dict[int, str] = {v: k for k, v in QNN_DATATYPES.items()}
+
+# QNN data types that hold an integer or bool as it is (not a quantized real):
+# what an integer/bool graph input must stay after conversion (an int64 input may
+# legitimately become INT_32).
+QNN_INTEGER_DATATYPES: frozenset[str] = frozenset(
+    k for k in QNN_DATATYPES if k.startswith(("QNN_DATATYPE_INT_", "QNN_DATATYPE_UINT_",
+                                              "QNN_DATATYPE_BOOL_")))
+
+
+def is_integer_qnn_datatype(name: str) -> bool:
+    """True for ``QNN_DATATYPE_INT_32``, ``..._UINT_8``, ``..._BOOL_8`` ... (not the
+    ``*FIXED_POINT_*`` types of a quantized tensor)."""
+    return str(name).strip() in QNN_INTEGER_DATATYPES
 FP16_CODE = QNN_DATATYPES["QNN_DATATYPE_FLOAT_16"]  # 0x216 == 534
 
 # qnn-onnx-converter: alias (short, deprecated from ~2.25) -> canonical destination.
@@ -122,6 +135,26 @@ def is_integer_input_dtype(dtype: str) -> bool:
         text = text[7:-1]
     return text in _INTEGER_INPUT_DTYPES
 
+
+# AIMET coverage: tensors a real AIMET export leaves without encodings on purpose,
+# because the converter derives them (see qnn_ci.sdk.encoding_roles).
+# Data-movement ops: the converter gives their output the encoding of their input.
+ENCODING_FROM_INPUT_OPS: frozenset[str] = frozenset({
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Split", "Slice", "Gather",
+    "GatherND", "GatherElements", "Concat", "MaxPool", "GlobalMaxPool", "Identity",
+    "Dropout", "Tile", "Expand", "DepthToSpace", "SpaceToDepth", "Pad", "ReduceMax",
+    "ReduceMin",
+})
+# Activations the converter squashes into the op before them (disable_relu_squashing
+# is False by default): the producer's own output disappears.
+SQUASHED_ACTIVATION_OPS: frozenset[str] = frozenset({"Relu", "Clip"})
+# Ops a following bias Add (with a static addend) is folded into.
+BIAS_ADD_PRODUCERS: frozenset[str] = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+# op -> input index of its bias: quantized by the converter from the input and
+# weight scales (0.6.1/1.0.0 exports leave biases out).
+BIAS_INPUTS: dict[str, int] = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
+# BatchNormalization scale, B, mean, var: folded into the convolution before it.
+BATCHNORM_PARAM_INPUTS: frozenset[int] = frozenset({1, 2, 3, 4})
 
 # Default quantization: W8A16 with 32-bit bias.
 DEFAULT_BITWIDTHS = {"act": 16, "weight": 8, "bias": 32}

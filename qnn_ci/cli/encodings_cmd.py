@@ -2,9 +2,11 @@
 
 Read an AIMET ``.encodings`` file (0.6.1, 1.0.0, 2.0.0) and check it against
 the model: names the model does not have are silently ignored by the
-converter (exit 1: probably a file for a different model); quantizable
-tensors the file does not cover are left to ``--input_list`` calibration
-(reported, exit 0). Exit 2 when the file is malformed.
+converter (exit 1: probably a file for a different model). Tensors without
+encodings are sorted: those the converter derives (data-movement outputs,
+fused outputs, biases, BatchNorm parameters) are counted; those really left to
+``--input_list`` calibration are warned about by name (exit 0). Exit 2 when the
+file is malformed or is not a QNN input (AIMET's PyTorch sidecar).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def _names(names: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from qnn_ci.sdk.encoding_roles import derived_text
     from qnn_ci.sdk.encodings import coverage, load_model, read_encodings
 
     enc = read_encodings(args.file)
@@ -59,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
           f"({len(cov.file_activations)} activations, {len(cov.file_params)} params)")
     print(f"  activations covered: {c['covered_activations']} of {c['model_activations']}")
     print(f"  params covered:      {c['covered_params']} of {c['model_params']}")
+    print(f"  derived by the converter (no encoding needed): {len(cov.derived)}"
+          + (f" ({derived_text(cov.derived_counts())})" if cov.derived else ""))
+    print(f"  left to --input_list calibration: {len(cov.uncovered)}")
     if cov.none_match:
         print(f"error: none of the {c['file_entries']} names in the file exist in the model: "
               f"the encodings are probably for a different model")
@@ -72,6 +78,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {len(cov.uncovered_activations)} activation(s) not covered (their "
               f"ranges come from --input_list): {_names(cov.uncovered_activations)}")
     if cov.uncovered_params:
-        print(f"warning: {len(cov.uncovered_params)} param(s) not covered: "
-              f"{_names(cov.uncovered_params)}")
+        print(f"warning: {len(cov.uncovered_params)} param(s) not covered (the converter "
+              f"computes their ranges from the values): {_names(cov.uncovered_params)}")
     return 1 if bad else 0

@@ -95,8 +95,10 @@ class CppModel:
     problems: list[str] = field(default_factory=list)
     truncated: str | None = None       # why the file looks cut off, None when complete
     untyped: list[str] = field(default_factory=list)   # tensors without a readable dataType
-    has_compose: bool = False          # QnnModel_composeGraphs was found
+    has_compose: bool = False          # the composeGraphs entry point was found
     has_record: bool = False           # the "Command Line used:" comment was found
+    compose_function: str | None = None   # "QnnModel_composeGraphs" / "<Graph>_composeGraphs"
+    prefixed: bool | None = None       # the record's overwrite_model_prefix, None if absent
 
     @property
     def converter_output(self) -> bool:
@@ -138,7 +140,11 @@ QUANT_WINDOW = 4096             # a .quantizeParams group is read from this many
 # comment, or the start of a block comment.
 _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'(?:[^\'\\\n]|\\.)*\'?|//[^\n]*|/\*')
 _BRACE_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'(?:[^\'\\\n]|\\.)*\'?|[{}()]')
-_COMPOSE = re.compile(r"\bQnnModel_composeGraphs\s*\(")
+# The entry point: ``QnnModel_composeGraphs``, or ``<Graph>_composeGraphs`` when the
+# record says ``overwrite_model_prefix=True`` (a real 2.40 source: ElementwiseAdd_...).
+_COMPOSE = re.compile(r"\b([A-Za-z_]\w*)_composeGraphs\s*\(")
+DEFAULT_PREFIX = "QnnModel"
+_PREFIX_FLAG = re.compile(r"\boverwrite_model_prefix=\[?\s*(True|False)\b")
 
 
 def _strip(text: str, in_comment: bool = False) -> tuple[str, bool]:
@@ -214,21 +220,36 @@ def _apply_quant(t: CppTensor, group: str) -> None:
 
 
 class _Compose:
-    """Where ``QnnModel_composeGraphs`` stands, fed block by block: "missing",
-    "params" (its parameter list is open), "body" (its body is open) or "closed"."""
+    """Where ``<prefix>_composeGraphs`` stands, fed block by block: "missing",
+    "params" (its parameter list is open), "body" (its body is open) or "closed".
+    ``prefixed``: None accepts any prefix, False only ``QnnModel``, True any other
+    (the record's ``overwrite_model_prefix``; set before the function is reached)."""
 
     def __init__(self) -> None:
         self.state = "missing"
         self.depth = 0
+        self.prefixed: bool | None = None
+        self.name: str | None = None            # the function found
+        self.other: list[str] = []              # compose functions the record rules out
+
+    def _find(self, code: str) -> re.Match[str] | None:
+        for m in _COMPOSE.finditer(code):
+            prefix = m.group(1)
+            if self.prefixed is None or (prefix == DEFAULT_PREFIX) != self.prefixed:
+                return m
+            if len(self.other) < 5:
+                self.other.append(f"{prefix}_composeGraphs")
+        return None
 
     def feed(self, code: str) -> None:
         if self.state == "closed":
             return
         pos = 0
         if self.state == "missing":
-            m = _COMPOSE.search(code)
+            m = self._find(code)
             if m is None:
                 return
+            self.name = f"{m.group(1)}_composeGraphs"
             self.state, self.depth, pos = "params", 1, m.end()
         for tok in _BRACE_TOKEN.finditer(code, pos):
             ch = tok.group()
@@ -299,7 +320,11 @@ class _Parser:
         if self.sdk is None:
             sdk = re.search(r"QNN_SDK_VERSION\s*=\s*\"([^\"\n]*)\"", text)
             self.sdk = sdk.group(1) if sdk else None
-        self.has_record = self.has_record or RECORD_MARKER in text
+        if not self.has_record and RECORD_MARKER in text:
+            self.has_record = True
+            flag = _PREFIX_FLAG.search(text, text.find(RECORD_MARKER))
+            if flag and self.compose.state == "missing":
+                self.compose.prefixed = flag.group(1) == "True"
         code, self.in_comment = _strip(text, self.in_comment)
         self.arrays.update((m.group(1), m.group(2)) for m in _ARRAY.finditer(code))
         self.name_arrays.update((m.group(1), _STRING.findall(m.group(2)))
@@ -352,15 +377,25 @@ class _Parser:
             cut.insert(0, "an unterminated /* comment")
         self._finish_tensor(self.current, last=True)
         compose = self.compose.result()
+        prefixed = self.compose.prefixed
+        want = "<Graph>_composeGraphs" if prefixed else f"{DEFAULT_PREFIX}_composeGraphs"
         if compose == "missing":
-            problems.append("no QnnModel_composeGraphs function (file truncated or not a "
+            ruled_out = ""
+            if self.compose.other:
+                ruled_out = (f"; found {', '.join(self.compose.other)}, but the record says "
+                             f"overwrite_model_prefix={prefixed}")
+            elif prefixed:
+                ruled_out = " (the record says overwrite_model_prefix=True)"
+            problems.append(f"no {want} function{ruled_out} (file truncated or not a "
                             "converter source?)")
             if self.tensors or self.has_record:
-                cut.append("no QnnModel_composeGraphs function (the end of the file is "
-                           "missing)")
+                cut.append(f"no {want} function{ruled_out} (the end of the file is missing)"
+                           if not self.compose.other else
+                           f"no {want} function{ruled_out}")
         elif compose == "open":
-            problems.append("QnnModel_composeGraphs does not end (file truncated?)")
-            cut.append("QnnModel_composeGraphs does not end")
+            name = self.compose.name or want
+            problems.append(f"{name} does not end (file truncated?)")
+            cut.append(f"{name} does not end")
         if not self.tensors:
             problems.append("no tensor definitions found")
         for p in problems[:50]:
@@ -368,7 +403,8 @@ class _Parser:
         model = CppModel(source=self.source, tensors=self.tensors, nodes=self.nodes,
                          graphs=list(self.graphs), sdk_version_full=self.sdk,
                          problems=problems, untyped=self.untyped,
-                         has_compose=compose != "missing", has_record=self.has_record)
+                         has_compose=compose != "missing", has_record=self.has_record,
+                         compose_function=self.compose.name, prefixed=prefixed)
         if cut and model.converter_output:     # a README with a stray "/*" is not "cut off"
             model.truncated = cut[0]
         return model

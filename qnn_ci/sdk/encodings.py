@@ -61,6 +61,8 @@ class Enc:
     axis: int | None = None            # per-channel / per-block axis when the file says
     enc_type: str = "PER_TENSOR"
     block_size: int | None = None
+    axes: list[int] | None = None          # 2.0.0 block quantization: axis as a list
+    block_shape: list[int] | None = None   # ... and block_size as a list
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -232,6 +234,27 @@ def _read_100(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
     return out
 
 
+MAX_BLOCK_DIMS = 16     # a block shape has one entry per tensor dimension
+
+
+def _int_or_list(r: _Reader, d: dict[str, Any], key: str, jpath: str
+                 ) -> tuple[int | None, list[int] | None]:
+    """(an integer, None) or, for block quantization, (None, a list of integers)."""
+    v = d.get(key)
+    if not isinstance(v, list):
+        return r.int_(d, key, jpath, required=False), None
+    if len(v) > MAX_BLOCK_DIMS:
+        raise r.fail(f"{jpath}.{key}", f"block quantization {key} with {len(v)} entries "
+                                       f"(expected at most {MAX_BLOCK_DIMS}, one per dimension)")
+    out: list[int] = []
+    for i, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise r.fail(f"{jpath}.{key}[{i}]", f"block quantization {key}: expected an "
+                                                f"integer, got {_short(x)}")
+        out.append(x)
+    return None, out
+
+
 def _read_200(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
     out: dict[str, list[Enc]] = {}
     for i, item in enumerate(r.lst(section, sname)):
@@ -245,8 +268,8 @@ def _read_200(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
                                                f"(expected e.g. int8, uint16, int32)")
         dtype = "float" if m.group(1) == "float" else "int"
         bw = int(m.group(2))
-        axis = r.int_(d, "axis", jp, required=False)
-        block = r.int_(d, "block_size", jp, required=False)
+        axis, axes = _int_or_list(r, d, "axis", jp)
+        block, block_shape = _int_or_list(r, d, "block_size", jp)
         if "y_scale" in d and isinstance(d["y_scale"], dict):       # 2.1.0 meta encoding
             scales: list[float | None] = [None]
         elif "y_scale" in d:
@@ -262,13 +285,14 @@ def _read_200(r: _Reader, section: Any, sname: str) -> dict[str, list[Enc]]:
             raise r.fail(f"{jp}.y_zero_point", f"has {len(zps)} values for "
                                                f"{len(scales)} scales")
         enc_type = ("LPBQ" if "per_block_int_scale" in d or isinstance(d.get("y_scale"), dict)
-                    else "PER_BLOCK" if block else
-                    "PER_CHANNEL" if axis is not None else "PER_TENSOR")
+                    else "PER_BLOCK" if block or block_shape else
+                    "PER_CHANNEL" if axis is not None or axes else "PER_TENSOR")
         encs = []
         for k, s in enumerate(scales):
             zp = zps[k if len(zps) > 1 else 0] if zps else 0.0
             encs.append(Enc(bw, dtype, scale=s, offset=(-zp if dtype == "int" else None),
-                            axis=axis, enc_type=enc_type, block_size=block))
+                            axis=axis, enc_type=enc_type, block_size=block, axes=axes,
+                            block_shape=block_shape))
         out[name] = encs
     return out
 
@@ -282,6 +306,8 @@ def read_encodings(path: Path) -> Encodings:
     r = _Reader(path)
     raw = load_json(text, path, hint=ENCODINGS_HINT)
     data = r.obj(raw, "(top level)")
+    if _torch_sidecar(data, path):
+        raise UserError(TORCH_SIDECAR, file=path)
     version = data.get("version")
     notes: list[str] = []
     acts, params = data.get("activation_encodings"), data.get("param_encodings")
@@ -303,12 +329,40 @@ def read_encodings(path: Path) -> Encodings:
         enc.activations = _read_061(r, acts if acts is not None else {}, "activation_encodings")
         enc.params = _read_061(r, params if params is not None else {}, "param_encodings")
     if version is None:
+        foreign = [k for k in ("inputs", "outputs") if k in data]
+        if foreign:
+            entries = len(enc.activations) + len(enc.params) + len(enc.unclassified)
+            raise UserError(
+                f"no version key and {'/'.join(foreign)} section(s): not an AIMET "
+                f".encodings layout (0.6.1, 1.0.0, 2.0.0); read as {layout} it would give "
+                f"{entries} entries and ignore those sections; pass the AIMET export "
+                f"itself", file=path)
         enc.version = layout
         notes.append(f"no version key; read as the {layout} layout")
     elif not str(version).startswith(layout.split(".")[0] + "."):
         notes.append(f"version {version} with the {layout} layout; read by layout")
     enc.notes = notes
     return enc
+
+
+TORCH_SIDECAR = ("this is AIMET's PyTorch sidecar (keyed by module names, not ONNX tensor "
+                 "names), not an input of qnn-onnx-converter; pass the .encodings file "
+                 "exported beside it")
+
+
+def _torch_sidecar(data: dict[str, Any], path: Path) -> bool:
+    """AIMET for PyTorch writes ``<name>_torch.encodings`` beside the real export: its
+    activation entries are modules, each ``{"input": {...}, "output": {...}}``."""
+    acts = data.get("activation_encodings")
+    if isinstance(acts, dict):
+        for value in list(acts.values())[:MAX_SNIFF]:
+            if isinstance(value, dict) and value and set(value) <= {"input", "output"}:
+                return True
+    return path.name.endswith("_torch.encodings") and "encodings" not in data and \
+        not isinstance(acts, list)
+
+
+MAX_SNIFF = 50
 
 
 # -- coverage against a model -----------------------------------------------
@@ -393,6 +447,7 @@ class Coverage:
     unknown: list[str]                 # names in the file the model does not have
     uncovered: list[str]               # quantizable tensors the file leaves to --input_list
     counts: dict[str, int]
+    derived: dict[str, str] = field(default_factory=dict)   # no encoding needed -> role
     file_activations: list[str] = field(default_factory=list)   # known names, by role
     file_params: list[str] = field(default_factory=list)
     uncovered_activations: list[str] = field(default_factory=list)
@@ -403,8 +458,15 @@ class Coverage:
     def none_match(self) -> bool:
         return bool(self.unknown) and self.counts.get("known", 0) == 0
 
+    def derived_counts(self) -> dict[str, int]:
+        """role -> how many tensors without encodings the converter derives that way."""
+        from qnn_ci.sdk.encoding_roles import ROLES
+
+        return {r: n for r in ROLES if (n := sum(1 for v in self.derived.values() if v == r))}
+
     def to_dict(self) -> dict[str, Any]:
         return {"counts": dict(self.counts), "unknown": list(self.unknown),
+                "derived": self.derived_counts(), "derived_tensors": dict(self.derived),
                 "uncovered_activations": list(self.uncovered_activations),
                 "uncovered_params": list(self.uncovered_params),
                 "sanitised_names": dict(self.sanitised)}
@@ -412,7 +474,11 @@ class Coverage:
 
 def coverage(enc: Encodings, model: onnx.ModelProto) -> Coverage:
     """Which file names the model lacks, and which quantizable tensors the file
-    does not cover. Activations/params of a 2.0.0 file are sorted by the model."""
+    does not cover. Activations/params of a 2.0.0 file are sorted by the model.
+    Tensors without encodings that the converter derives (``encoding_roles``) are
+    in ``derived``; ``uncovered*`` hold only those left to ``--input_list``."""
+    from qnn_ci.sdk.encoding_roles import derived_roles
+
     mt = model_tensors(model)
     param_set = set(mt.params)
     names = enc.names()
@@ -425,18 +491,24 @@ def coverage(enc: Encodings, model: onnx.ModelProto) -> Coverage:
     for n in enc.unclassified:
         if n in mt.known:
             (file_params if n in param_set else file_acts).append(n)
-    unc_acts = [n for n in mt.activations if n not in names]
-    unc_params = [n for n in mt.params if n not in names]
+    missing_acts = [n for n in mt.activations if n not in names]
+    missing_params = [n for n in mt.params if n not in names]
+    derived = derived_roles(model, missing_acts + missing_params)
+    unc_acts = [n for n in missing_acts if n not in derived]
+    unc_params = [n for n in missing_params if n not in derived]
     counts = {
         "file_entries": len(names), "known": len(names) - len(unknown),
         "unknown": len(unknown),
         "model_activations": len(mt.activations), "model_params": len(mt.params),
-        "covered_activations": len(mt.activations) - len(unc_acts),
-        "covered_params": len(mt.params) - len(unc_params),
+        "covered_activations": len(mt.activations) - len(missing_acts),
+        "covered_params": len(mt.params) - len(missing_params),
+        "derived_activations": len(missing_acts) - len(unc_acts),
+        "derived_params": len(missing_params) - len(unc_params),
         "uncovered_activations": len(unc_acts), "uncovered_params": len(unc_params),
         "untyped": len(mt.untyped),
     }
     return Coverage(unknown=unknown, uncovered=unc_acts + unc_params, counts=counts,
+                    derived=derived,
                     file_activations=file_acts, file_params=file_params,
                     uncovered_activations=unc_acts, uncovered_params=unc_params,
                     sanitised=sanitised)

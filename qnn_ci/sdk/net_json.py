@@ -4,10 +4,12 @@ dumps with ``dump_json_qnn_graph``, which has the same ``graph.tensors`` /
 
 Tensor ``data_type`` is a DECIMAL ``Qnn_DataType_t`` code (534 = FLOAT_16),
 ``type`` a code (0 app-write = graph input, 1 app-read = graph output,
-3 native, 4 static). Old files carry ``current_dims``/``max_dims`` instead of
-``dims``. Missing keys are tolerated: what cannot be read is listed in
-``problems``. A file larger than ``NET_JSON_CAP``, nested deeper than any real
-one, or not a regular file is refused with one line (``qnn_ci.safe_read``).
+3 native, 4 static). Real files from 2.10 to 2.33 carry ``dims``; ``current_dims``
+/ ``max_dims`` are read when ``dims`` is absent. ``quant_params.is_overridden``
+(2.18 on: AIMET overrides set the encoding) is kept in ``NetTensor.quant``.
+Missing keys are tolerated: what cannot be read is listed in ``problems``. A
+file larger than ``NET_JSON_CAP``, nested deeper than any real one, or not a
+regular file is refused with one line (``qnn_ci.safe_read``).
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def _quant(q: Any) -> dict[str, Any]:
     if not isinstance(q, dict):
         return {}
     out: dict[str, Any] = {}
-    for key in ("definition", "encoding"):
+    for key in ("definition", "encoding", "is_overridden"):
         if key in q:
             out[key] = q[key]
     so = q.get("scale_offset")

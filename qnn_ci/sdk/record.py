@@ -46,6 +46,13 @@ _KEY_AFTER_SEMI = re.compile(r"[ \t]*[A-Za-z_]\w*=")
 _KEY_AFTER_SPACE = re.compile(r"[ \t]+[A-Za-z_]\w*=")
 _SDK_VERSION = re.compile(r"QNN_SDK_VERSION\s*=\s*\"([^\"]*)\"")
 _VERSION_NUMBER = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+# A folder of the tool path named after the SDK version: ``.../qairt/2.22.6.240515/bin/...``
+# (Linux) or ``C:\\Qualcomm\\AIStack\\QAIRT\\2.22.6.240515\\bin\\...`` (Windows).
+_PATH_VERSION = re.compile(r"^v?(\d{1,3}\.\d{1,3}\.\d{1,3}(?:\.\d{1,20})?)$")
+
+# Where ``ConverterRecord.sdk_version`` was read from.
+VERSION_FROM_STAMP = "QNN_SDK_VERSION"
+VERSION_FROM_TOOL_PATH = "tool path"
 _OPEN = {"[": "]", "(": ")", "{": "}"}
 
 MAX_RECORD_CHARS = 256 * 1024    # real records are a few KiB
@@ -101,7 +108,9 @@ def _norm(value: Any) -> Any:
 def same_value(a: Any, b: Any) -> bool:
     """Semantic equality of two values (already converted with ``literal``):
     ``16 == 16.0``, a list equals a tuple, ``None`` equals ``""`` (both mean
-    "not given"), but ``True`` never equals ``1``."""
+    "not given"), a one-element list equals its element (2.10 records
+    ``use_per_channel_quantization=[False]``), but ``True`` never equals ``1``."""
+    a, b = _unwrap_single(a, b), _unwrap_single(b, a)
     if a in (None, "") and b in (None, ""):
         return True
     if isinstance(a, bool) or isinstance(b, bool):
@@ -111,6 +120,42 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     return bool(_norm(a) == _norm(b))
+
+
+def _unwrap_single(value: Any, other: Any) -> Any:
+    """``value``'s only element when it is a one-element list (at any depth) and
+    ``other`` is not a list; else ``value``."""
+    for _ in range(MAX_UNWRAP):
+        if isinstance(value, list | tuple) and len(value) == 1 and \
+                not isinstance(other, list | tuple):
+            value = value[0]
+        else:
+            break
+    return value
+
+
+MAX_UNWRAP = 8
+
+
+def split_tool(head: str) -> tuple[str, str | None]:
+    """(tool name, the whole path or None) for a record's head, which real records
+    write as a name (``qnn-onnx-converter``) or a full path (Windows or Linux)."""
+    parts = [p for p in re.split(r"[\\/]", head) if p]
+    if len(parts) <= 1:
+        return head, None
+    return parts[-1], head
+
+
+def version_in_tool_path(path: str | None) -> str | None:
+    """The SDK version folder in a recorded tool path (``2.22.6.240515``), None
+    when the path has none."""
+    if not path:
+        return None
+    for part in reversed(re.split(r"[\\/]", path)):
+        m = _PATH_VERSION.match(part.strip())
+        if m:
+            return m.group(1)
+    return None
 
 
 def short_version(full: str | None) -> str | None:
@@ -152,6 +197,8 @@ class ConverterRecord:
     source: str | None = None                  # the file it was read from
     problems: list[str] = field(default_factory=list)
     truncated: str | None = None               # why the record looks cut off or edited
+    sdk_version_source: str | None = None      # VERSION_FROM_STAMP / VERSION_FROM_TOOL_PATH
+    tool_path: str | None = None               # the record's head when it is a path
 
     def has(self, key: str) -> bool:
         return canonical_key(key) in self.args
@@ -173,6 +220,8 @@ class ConverterRecord:
             "tool": self.tool,
             "sdk_version": self.sdk_version,
             "sdk_version_full": self.sdk_version_full,
+            "sdk_version_source": self.sdk_version_source,
+            "tool_path": self.tool_path,
             "era": self.era,
             "args": dict(self.args),
             "conflicts": [c.to_dict() for c in self.conflicts],
@@ -255,9 +304,9 @@ def parse_record_text(text: str, *, source: str | None = None) -> ConverterRecor
     era = _detect_era(flat)
     problems: list[str] = [too_long] if too_long else []
     tokens = _split(flat, era, problems)
-    tool = ""
+    tool, tool_path = "", None
     if tokens and not _KEY_AT.match(tokens[0]):
-        tool = tokens.pop(0).rstrip(";").strip()
+        tool, tool_path = split_tool(tokens.pop(0).rstrip(";").strip())
     raw_args: list[tuple[str, str]] = []
     for tok in tokens:
         key_m = _KEY_AT.match(tok)
@@ -293,7 +342,7 @@ def parse_record_text(text: str, *, source: str | None = None) -> ConverterRecor
         log.info("%s", c.message())
     return ConverterRecord(tool=tool, sdk_version=None, args=args, raw_args=raw_args,
                            conflicts=conflicts, era=era, raw=raw, source=source,
-                           problems=problems, truncated=too_long)
+                           problems=problems, truncated=too_long, tool_path=tool_path)
 
 
 def _record_from_source(text: str) -> tuple[str | None, list[str], str | None]:
@@ -415,11 +464,33 @@ def read_record(path: Path) -> ConverterRecord:
         unbalanced = [p for p in rec.problems if p.startswith("unbalanced brackets")]
         if unbalanced:
             rec.truncated = unbalanced[0]
-    rec.sdk_version_full = full
-    rec.sdk_version = short_version(full)
+    set_version(rec, full)
     if not rec.raw_args:
         raise UserError("the recorded argument list has no key=value entries", file=path)
     return rec
+
+
+def set_version(rec: ConverterRecord, stamp: str | None) -> None:
+    """The SDK version of ``rec``: the source's ``QNN_SDK_VERSION`` stamp, else (sources
+    up to 2.22 have none) the version folder of the recorded tool path, else None."""
+    source = VERSION_FROM_STAMP if short_version(stamp) else None
+    if source is None:
+        in_path = version_in_tool_path(rec.tool_path)
+        if in_path:
+            stamp, source = in_path, VERSION_FROM_TOOL_PATH
+    rec.sdk_version_full = stamp
+    rec.sdk_version = short_version(stamp) if source else None
+    rec.sdk_version_source = source
+
+
+def version_text(rec: ConverterRecord) -> str:
+    """``2.22.6 (2.22.6.240515, from the tool path)`` / ``unknown (...)``: the SDK
+    version and where it was read."""
+    if rec.sdk_version is None:
+        return "unknown (no QNN_SDK_VERSION stamp and no version in the tool path)"
+    where = "QNN_SDK_VERSION" if rec.sdk_version_source == VERSION_FROM_STAMP \
+        else "the tool path"
+    return f"{rec.sdk_version} ({rec.sdk_version_full}, from {where})"
 
 
 def truncated_text(rec: ConverterRecord) -> str:

@@ -6,6 +6,11 @@ fallback, float bitwidth, per-channel, calibration methods, the calibration
 input list (resolved paths), the AIMET overrides file, and ``input_encoding``
 (``[name, 'other']`` for integer inputs unless the manifest says otherwise).
 Each mismatch is one finding ``key: asked X, converter recorded Y``.
+
+Then the outcome: every integer/bool graph input must be an integer/bool QNN data
+type in the generated source AND in ``_net.json`` (``qnn_ci.sdk.integer_inputs``),
+else one finding naming the input, the data type recorded and the flag that
+should have kept it (and AIMET overrides when they name the input).
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ import onnx
 
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.sdk.cpp_model import CppModel, read_cpp_model
+from qnn_ci.sdk.integer_inputs import check_outputs, overrides_names
+from qnn_ci.sdk.net_json import NetJson, read_net_json
 from qnn_ci.sdk.record import (
     ARGS_OF_INTEREST,
     ConverterRecord,
@@ -49,6 +57,11 @@ def _realpath(text: str, base: Path) -> str:
 def integer_inputs(export: ExportSpec) -> list[str]:
     """Graph inputs whose dtype is an integer or bool type (manifest dtype wins over
     the model): ``qnn_ci.tables.is_integer_input_dtype``, as the converter command uses."""
+    return list(integer_input_dtypes(export))
+
+
+def integer_input_dtypes(export: ExportSpec) -> dict[str, str]:
+    """``integer_inputs`` with each input's dtype (``int64``)."""
     declared: dict[str, str] = {}
     try:
         model = onnx.load(str(export.model), load_external_data=False)
@@ -63,7 +76,37 @@ def integer_inputs(export: ExportSpec) -> list[str]:
     for name, spec in export.inputs.items():
         if spec.dtype:
             declared[name] = spec.dtype
-    return [n for n, dt in declared.items() if is_integer_input_dtype(dt)]
+    return {n: dt for n, dt in declared.items() if is_integer_input_dtype(dt)}
+
+
+def integer_outcome(export: ExportSpec, artefacts: dict[str, str],
+                    rec: ConverterRecord | None) -> list[Finding]:
+    """One ERROR per integer/bool graph input that the generated source or the
+    ``_net.json`` does not keep as an integer/bool QNN data type."""
+    wanted = integer_input_dtypes(export)
+    if not wanted:
+        return []
+    outputs: list[CppModel | NetJson] = []
+    findings: list[Finding] = []
+    for key, reader in (("cpp", read_cpp_model), ("net_json", read_net_json)):
+        path = artefacts.get(key)
+        if not path:
+            continue
+        try:
+            outputs.append(reader(Path(path)))
+        except UserError as exc:
+            findings.append(Finding("contract.integer_input", f"integer inputs not verified "
+                                    f"in {Path(path).name}: {exc.oneline()}",
+                                    Severity.WARNING))
+    found = check_outputs(wanted, outputs, record=rec)
+    if found and export.quantization.overrides is not None:
+        named = overrides_names(export.quantization.overrides) & set(wanted)
+        if named:
+            found = check_outputs(wanted, outputs, record=rec, overridden=named)
+    for q in found:
+        findings.append(Finding("contract.integer_input", q.message(), Severity.ERROR,
+                                q.input))
+    return findings
 
 
 def expected_input_encodings(export: ExportSpec) -> dict[str, str]:
@@ -204,6 +247,7 @@ class ContractStage(Stage):
             input_list = Path(calibration.artefacts["input_list"])
         base = Path(rec.source or ".").resolve().parent
         findings = compare(rec, ctx.export, input_list, base)
+        findings += integer_outcome(ctx.export, convert.artefacts, rec)
         errors_ = [f for f in findings if f.severity == Severity.ERROR]
         if errors_ and errors_[0].check == "contract.truncated":
             summary = errors_[0].message
@@ -215,6 +259,7 @@ class ContractStage(Stage):
             summary = f"recorded arguments match the manifest ({checked} checked keys present)"
         props: dict[str, Any] = {k: rec.args[k] for k in ARGS_OF_INTEREST if k in rec.args}
         props["sdk_version"] = rec.sdk_version or ""
+        props["sdk_version_source"] = rec.sdk_version_source or ""
         report = ctx.workdir / "contract.json"
         report.write_text(json.dumps({"record": rec.to_dict(),
                                       "findings": [f.to_dict() for f in findings]},

@@ -53,10 +53,13 @@ class ConvertStage(ConverterStage):
                           timeout=export.sdk.timeout_s)
         findings = [Finding("convert.note", note, Severity.INFO) for note in outcome.notes]
         sdk_version = sdk.version
+        version_source = "SDK folder" if sdk.version else ""
         if outcome.cpp is not None:
             try:
                 record = read_record(outcome.cpp)
-                sdk_version = record.sdk_version or sdk_version
+                if record.sdk_version:      # the stamp, or the tool path (up to 2.22)
+                    sdk_version = record.sdk_version
+                    version_source = record.sdk_version_source or ""
             except UserError as exc:
                 findings.append(Finding("convert.record", f"could not read the converter's "
                                         f"recorded arguments: {exc.oneline()}", Severity.WARNING))
@@ -80,7 +83,8 @@ class ConvertStage(ConverterStage):
             summary = outcome.failures[0].splitlines()[0]
         return mark_transient(StageResult(
             self.name, status, summary, findings,
-            properties={"sdk_version": sdk_version or "", "converter_argv": joined,
+            properties={"sdk_version": sdk_version or "",
+                        "sdk_version_source": version_source, "converter_argv": joined,
                         "duration_s": round(outcome.run.duration_s, 3)},
             artefacts=artefacts,
             data={"sdk_version": sdk_version, "argv": argv},

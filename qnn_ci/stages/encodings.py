@@ -4,7 +4,10 @@
 Fails when the file names tensors the model does not have (the converter
 ignores them silently: usually a file for a different model) and when its
 bitwidths disagree with the export's act/weights/bias bitwidths; warns about
-quantizable tensors the file leaves to ``--input_list`` calibration.
+quantizable tensors the file leaves to ``--input_list`` calibration. Tensors a
+real AIMET export leaves out because the converter derives them (data-movement
+outputs, fused outputs, biases, BatchNorm parameters: ``qnn_ci.sdk.encoding_roles``)
+are counted in one INFO finding, not warned about.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from qnn_ci.cache import file_digest
 from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.sdk.encoding_roles import derived_text
 from qnn_ci.sdk.encodings import (
     bitwidth_mismatches,
     coverage,
@@ -103,6 +107,10 @@ class EncodingsStage(Stage):
                 "encodings.float", f"{len(fp16)} float16 encoding(s) ask for FP16 tensors "
                 f"({_names(fp16)}){risk}", Severity.WARNING))
 
+        if cov.derived:
+            findings.append(Finding(
+                "encodings.derived", f"{len(cov.derived)} tensor(s) without encodings in "
+                f"{fname} need none: {derived_text(cov.derived_counts())}", Severity.INFO))
         if cov.uncovered_activations:
             findings.append(Finding(
                 "encodings.uncovered",
@@ -113,8 +121,8 @@ class EncodingsStage(Stage):
             findings.append(Finding(
                 "encodings.uncovered",
                 f"{len(cov.uncovered_params)} of {c['model_params']} float weights are not "
-                f"in {fname}; the converter computes them: {_names(cov.uncovered_params)}",
-                Severity.WARNING))
+                f"in {fname}; the converter computes their ranges from the values: "
+                f"{_names(cov.uncovered_params)}", Severity.WARNING))
         for note in enc.notes:
             findings.append(Finding("encodings.note", note, Severity.INFO))
 
@@ -124,7 +132,9 @@ class EncodingsStage(Stage):
         else:
             summary = (f"{c['known']} encodings match the model (v{enc.version}); "
                        f"{c['covered_activations']}/{c['model_activations']} activations, "
-                       f"{c['covered_params']}/{c['model_params']} weights covered")
+                       f"{c['covered_params']}/{c['model_params']} weights covered, "
+                       f"{len(cov.derived)} derived by the converter, "
+                       f"{len(cov.uncovered)} left to --input_list")
         report = ctx.workdir / "encodings.json"
         report.write_text(json.dumps({"encodings": enc.to_dict(), "model": str(model_path),
                                       "coverage": cov.to_dict(),
@@ -139,7 +149,8 @@ class EncodingsStage(Stage):
                         "activations_covered": c["covered_activations"],
                         "activations_uncovered": c["uncovered_activations"],
                         "params_covered": c["covered_params"],
-                        "params_uncovered": c["uncovered_params"]},
+                        "params_uncovered": c["uncovered_params"],
+                        "derived_by_converter": len(cov.derived)},
             artefacts={"report": str(report)},
             data={"version": enc.version, "bitwidths": bitwidths, "counts": dict(c)},
         )

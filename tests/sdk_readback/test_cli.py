@@ -17,7 +17,8 @@ def test_namespace_human(head_227: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["namespace", str(head_227)]) == 0
     out = capsys.readouterr().out
     assert "tool:        qnn-onnx-converter" in out
-    assert "SDK version: 2.27.0 (qaisw-v2.27.0.240926142112_100894)" in out
+    assert "SDK version: 2.27.0 (qaisw-v2.27.0.240926142112_100894, from QNN_SDK_VERSION)" \
+        in out
     assert "act_bitwidth = 8" in out and "input_list = None" in out
     assert "quantization_overrides = (empty)" in out and "float_bitwidth/float_bw = 32" in out
 

@@ -210,7 +210,11 @@ def test_coverage_matching_file(tmp_path: Path, cls: onnx.ModelProto, layout: st
     assert sorted(cov.file_activations) == sorted(acts)   # 2.0.0 sorted by the model
     assert sorted(cov.file_params) == sorted(params)
     assert cov.counts["covered_activations"] == 6 and cov.counts["covered_params"] == 5
-    assert "x" not in cov.uncovered and conv_outs[5] in cov.uncovered_activations
+    assert "x" not in cov.uncovered
+    # a Conv output that a BatchNorm follows is folded away: derived, not a gap
+    assert cov.derived[conv_outs[5]] == "fused" and conv_outs[5] not in cov.uncovered
+    hardswish = [n.output[0] for n in cls.graph.node if n.op_type == "Div"]
+    assert set(hardswish) <= set(cov.uncovered_activations)   # real gaps: calibrated
     assert conv_ws[5] in cov.uncovered_params
     assert not set(int_consts) & set(cov.uncovered)        # integer constants are not weights
     shape_out = next(n.output[0] for n in cls.graph.node if n.op_type == "Shape")
@@ -256,3 +260,65 @@ def test_bad_model_path(tmp_path: Path) -> None:
     bad.write_bytes(b"\x00\x01garbage" * 10)
     with pytest.raises(UserError, match="cannot read ONNX model"):
         load_model(bad)
+
+
+# -- files that are not (plain) AIMET exports -----------------------------------
+
+TORCH_SIDECAR = {"version": "0.6.1",
+                 "activation_encodings": {"conv1": {"input": {"0": {"bitwidth": 8}},
+                                                    "output": {"0": {"bitwidth": 8}}}},
+                 "param_encodings": {"conv1.weight": [{"bitwidth": 8, "dtype": "int"}]},
+                 "excluded_layers": [], "quantizer_args": {}}
+
+
+@pytest.mark.parametrize("name, data", [
+    ("m_torch.encodings", TORCH_SIDECAR),
+    ("other_name.encodings", TORCH_SIDECAR),                       # recognised by content
+    ("m_torch.encodings", {"version": "0.6.1", "activation_encodings": {},
+                           "param_encodings": {"conv1.weight": [{"bitwidth": 8}]}})])
+def test_pytorch_sidecar_is_named(tmp_path: Path, name: str, data: Any,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from qnn_ci.cli import main
+
+    path = write(tmp_path, data, name)
+    with pytest.raises(UserError) as err:
+        read_encodings(path)
+    assert err.value.oneline() == (
+        f"{path}: this is AIMET's PyTorch sidecar (keyed by module names, not ONNX tensor "
+        f"names), not an input of qnn-onnx-converter; pass the .encodings file exported "
+        f"beside it")
+    assert main(["encodings", str(path)]) == 2
+    assert "PyTorch sidecar" in capsys.readouterr().err
+
+
+def test_block_quantization_lists_are_read(tmp_path: Path) -> None:
+    enc = read_encodings(write(tmp_path, {"version": "2.0.0", "encodings": [
+        {"name": "w", "output_dtype": "int4", "y_scale": [[0.5, 0.25], [0.125, 1.0]],
+         "y_zero_point": 0, "axis": [0, 1], "block_size": [1, 64]}]}))
+    encs = enc.unclassified["w"]
+    assert len(encs) == 4 and {e.enc_type for e in encs} == {"PER_BLOCK"}
+    assert encs[0].axes == [0, 1] and encs[0].block_shape == [1, 64]
+    assert encs[0].bitwidth == 4 and encs[2].scale == 0.125
+
+
+def test_block_quantization_list_of_non_integers_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path, {"version": "2.0.0", "encodings": [
+        {"name": "w", "output_dtype": "int4", "y_scale": [0.5], "block_size": [1, "x"]}]})
+    with pytest.raises(UserError) as err:
+        read_encodings(path)
+    assert err.value.oneline() == (f"{path}: encodings[0].block_size[1]: block quantization "
+                                   f"block_size: expected an integer, got 'x'")
+
+
+@pytest.mark.parametrize("data", [
+    {"inputs": {"x": {"bitwidth": 8}}, "outputs": {}},
+    {"activation_encodings": {}, "param_encodings": {}, "inputs": [], "outputs": []}])
+def test_overrides_with_inputs_outputs_sections_are_not_read_as_empty(
+        tmp_path: Path, data: Any) -> None:
+    path = write(tmp_path, data)
+    with pytest.raises(UserError) as err:
+        read_encodings(path)
+    text = err.value.oneline()
+    assert "not an AIMET encodings file" in text or \
+        "not an AIMET .encodings layout (0.6.1, 1.0.0, 2.0.0); read as 0.6.1 it would give " \
+        "0 entries" in text

@@ -75,7 +75,8 @@ def material(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "model": onnx_path, "input_list": input_list,
             "encodings": encodings,
             "sdk231": standin.make_sdk(root / "sdk231", "2.31.0"),
-            "sdk218": standin.make_sdk(root / "sdk218", "2.18.0")}
+            "sdk218": standin.make_sdk(root / "sdk218", "2.18.0"),
+            "sdk218w": standin.make_sdk(root / "sdk218w", "2.18.0", tool_path_style="windows")}
 
 
 def convert(material: dict[str, Path], sdk: str, out: Path, *flags: str) -> dict[str, Path]:
@@ -145,16 +146,16 @@ def test_float_fallback_to_fp16_fails_the_gate_on_v68(material: dict[str, Path],
     assert {f.check for f in contract.errors()} == {"contract.float_fallback"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 10 product part: sources up to 2.22 have no QNN_SDK_VERSION line, so "
-    "read_record() gives sdk_version None for a 2.18 source"))
 def test_old_era_short_flags_and_the_int64_trap(material: dict[str, Path],
                                                 tmp_path: Path) -> None:
     out = tmp_path / "old" / "model"                            # -o without .cpp
-    arts = convert(material, "sdk218", out, "--input_list", str(material["input_list"]),
+    arts = convert(material, "sdk218w", out, "--input_list", str(material["input_list"]),
                    "--act_bw", "16", "--weight_bw", "8", "--bias_bw", "32")
     rec = read_record(out)
+    # no QNN_SDK_VERSION up to 2.22: the version comes from the Windows tool path
     assert rec.era == "space" and rec.sdk_version == "2.18.0"
+    assert rec.sdk_version_source == "tool path" and rec.tool == "qnn-onnx-converter"
+    assert rec.tool_path is not None and rec.tool_path.startswith("C:\\Qualcomm\\AIStack")
     assert rec.spellings("act_bitwidth") == ["act_bitwidth", "act_bw"]
     assert rec.value("act_bitwidth") == 16
     assert [c.canonical for c in rec.conflicts] == ["float_bias_bitwidth"]   # stand-in default
@@ -163,8 +164,12 @@ def test_old_era_short_flags_and_the_int64_trap(material: dict[str, Path],
         "convert": passed("convert", arts),
         "calibration": passed("calibration", {"input_list": material["input_list"]})}))
     assert res.status == Status.FAILED
+    unkept = ("integer input ids (int64) is QNN_DATATYPE_UFIXED_POINT_16 in {}, not an "
+              "integer type: the converter quantized it (the record shows neither flag; "
+              "pass --input_dtype ids int64 and --input_encoding ids other)")
     assert [f.message for f in res.errors()] == [
-        "input_encoding: asked ['ids', 'other'], converter recorded []"]
+        "input_encoding: asked ['ids', 'other'], converter recorded []",
+        unkept.format("model"), unkept.format("model_net.json")]
     assert [f.check for f in res.findings if f.severity == Severity.WARNING] == \
         ["contract.alias_conflict"] * len(rec.conflicts)
 
@@ -184,11 +189,17 @@ def test_overrides_recorded_and_encodings_checked(material: dict[str, Path],
         "static_shapes": passed("static_shapes", {"model": material["model"]})}))
     assert enc.status == Status.PASSED, enc.failure_text()
     assert enc.properties["encodings_known"] == 2
-    assert enc.properties["activations_uncovered"] == 3        # conv, relu, softmax outputs
+    assert enc.properties["activations_uncovered"] == 2        # relu, softmax outputs
+    assert enc.properties["derived_by_converter"] == 2         # conv output, conv.bias
     report = json.loads(Path(enc.artefacts["report"]).read_text("utf-8"))
-    assert report["coverage"]["uncovered_activations"] == [
-        "/conv/Conv_output_0", "/relu/Relu_output_0", "y"]
-    assert report["coverage"]["uncovered_params"] == ["conv.bias"]
+    assert report["coverage"]["uncovered_activations"] == ["/relu/Relu_output_0", "y"]
+    assert report["coverage"]["uncovered_params"] == []
+    assert report["coverage"]["derived_tensors"] == {"/conv/Conv_output_0": "fused",
+                                                     "conv.bias": "bias"}
+    assert [f.message for f in enc.findings if f.check == "encodings.derived"] == [
+        "2 tensor(s) without encodings in tiny.encodings need none: 1 outputs fused away "
+        "(Relu squashed, bias Add or BatchNorm folded, constants folded), 1 biases "
+        "(quantized from the input and weight scales)"]
 
 
 @pytest.mark.parametrize("sdk, flags", [

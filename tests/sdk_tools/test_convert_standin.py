@@ -31,14 +31,13 @@ def _convert(sdk, export, model: Path, input_list: Path | None, out: Path, flags
                          timeout=120)
 
 
-@pytest.mark.parametrize("version, spelling", [
-    ("2.31.0", "--act_bitwidth"),
-    pytest.param("2.13.0", "--act_bw", marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 10 product part: sources up to 2.22 have no QNN_SDK_VERSION line, so "
-        "read_record() gives sdk_version None (take it from the SDK / tool path)")))])
+@pytest.mark.parametrize("version, spelling, style, source", [
+    ("2.31.0", "--act_bitwidth", "name", "QNN_SDK_VERSION"),
+    ("2.13.0", "--act_bw", "windows", "tool path")])      # no stamp up to 2.22
 def test_convert_per_era_w8a16_bias32(sdk_factory, export_factory, tmp_path: Path,
-                                      version: str, spelling: str) -> None:
-    sdk = sdk_factory(version)
+                                      version: str, spelling: str, style: str,
+                                      source: str) -> None:
+    sdk = sdk_factory(version, tool_path_style=style)
     model = tiny_conv_model(tmp_path / "m.onnx")
     lst = write_input_list(tmp_path / "cal", {"x": ((1, 3, 8, 8), "float32")})
     argv, out = _convert(sdk, export_factory(inputs=X), model, lst, tmp_path / "o" / "m.cpp")
@@ -47,7 +46,7 @@ def test_convert_per_era_w8a16_bias32(sdk_factory, export_factory, tmp_path: Pat
     assert out.cpp == tmp_path / "o" / "m.cpp" and out.bin == tmp_path / "o" / "m.bin"
     assert out.net_json == tmp_path / "o" / "m_net.json"
     rec = read_record(out.cpp)
-    assert rec.sdk_version == version
+    assert rec.sdk_version == version and rec.sdk_version_source == source
     assert (rec.value("act_bitwidth"), rec.value("weights_bitwidth"),
             rec.value("bias_bitwidth")) == (16, 8, 32)
     assert rec.value("input_list") == str(lst)

@@ -136,6 +136,8 @@ def test_convert_stage_artefacts_and_data(export_factory, standin_root, tmp_path
     assert all(Path(p).is_absolute() and Path(p).is_file() for p in res.artefacts.values())
     assert Path(res.artefacts["cpp"]).name == "det_v2.cpp"
     assert res.data["sdk_version"] == "2.13.0" and res.properties["sdk_version"] == "2.13.0"
+    # a 2.13 source has no QNN_SDK_VERSION and the record a bare tool name: the SDK folder
+    assert res.properties["sdk_version_source"] == "SDK folder"
     argv = res.data["argv"]
     assert argv[argv.index("--act_bw") + 1] == "16" and argv[argv.index("--bias_bw") + 1] == "32"
     assert argv[argv.index("--input_dim") + 1:argv.index("--input_dim") + 3] == ["x", "1,3,8,8"]
