@@ -29,8 +29,6 @@ import base64
 import hashlib
 import logging
 import os
-import select
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,44 +53,27 @@ from qnn_ci.transport.remote_shell import (
     split_pgid,
     wrap_command,
 )
+from qnn_ci.transport.ssh_channel import collect, drain, start_command, wait_readable
+from qnn_ci.transport.ssh_faults import (
+    NoBanner,
+    Stalled,
+    Watchdog,
+    dropped,
+    hard_close,
+    quiet_paramiko,
+    reason,
+    root_cause,
+    says_dropped,
+)
 
 log = logging.getLogger(__name__)
+quiet_paramiko()
 T = TypeVar("T")
 # paramiko's key type name -> ssh-keyscan -t name
 _KEYSCAN_TYPES = {"ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "ecdsa-sha2-nistp256": "ecdsa",
                   "ecdsa-sha2-nistp384": "ecdsa", "ecdsa-sha2-nistp521": "ecdsa"}
-_POLL_S = 0.2                   # longest pause between looks at a running command
 _KILL_TIMEOUT_S = 15.0          # the remote group kill (TERM, ~1 s, KILL)
 _PGID_WAIT_S = 2.0              # interrupted before the group id came: wait this long for it
-_EOF_GRACE_S = 2.0              # exited, no output for this long, yet no EOF (a background
-                                # child holds the output open): done
-_PARAMIKO_LOGGERS = ("paramiko", "paramiko.transport", "paramiko.transport.sftp",
-                     "paramiko.hostkeys", "paramiko.auth_strategy")
-
-
-class _ToDebug(logging.Filter):
-    """Lowers a record to DEBUG: paramiko logs a handshake failure at ERROR, with its
-    traceback, from its own thread; Python's last-resort handler would print that
-    to stderr. The failure is reported once, as our one-line error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.DEBUG:
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
-
-
-_TO_DEBUG = _ToDebug()
-
-
-def quiet_paramiko() -> None:
-    """Lower paramiko's log records to DEBUG (idempotent)."""
-    for name in _PARAMIKO_LOGGERS:
-        logger = logging.getLogger(name)
-        if _TO_DEBUG not in logger.filters:
-            logger.addFilter(_TO_DEBUG)
-
-
-quiet_paramiko()
 
 
 class _UnknownHostKey(SSHException):
@@ -112,171 +93,6 @@ def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH-style ``SHA256:...`` fingerprint."""
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-class _Stalled(TimeoutError):
-    """A file copy moved no data for the board's timeout (the board hung)."""
-
-
-class _Watchdog:
-    """Calls ``on_stall`` once when ``progress()`` was not called for ``stall_s``."""
-
-    def __init__(self, stall_s: float, on_stall: Callable[[], None]) -> None:
-        self.stall_s = stall_s
-        self.on_stall = on_stall
-        self.fired = False
-        self._last = time.monotonic()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True,
-                                        name="qnn-ci-sftp-watchdog")
-
-    def progress(self, *_: object) -> None:
-        self._last = time.monotonic()
-
-    def _watch(self) -> None:
-        while not self._done.wait(min(0.1, self.stall_s / 4)):
-            if time.monotonic() - self._last >= self.stall_s:
-                self.fired = True
-                try:
-                    self.on_stall()
-                except Exception as exc:    # the close is best effort; the copy still ends
-                    log.debug("closing a stalled connection failed: %s", exc)
-                return
-
-    def __enter__(self) -> _Watchdog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-
-def _hard_close(conn: Connection) -> None:
-    """Close the connection without talking to the peer (it may be frozen: a polite
-    channel close would wait for an answer that never comes)."""
-    transport = conn.client.get_transport()
-    if transport is not None:
-        transport.close()
-
-
-class _Dropped(SSHException):
-    """The server closed or reset the connection; the text says what is known."""
-
-
-class _NoBanner(SSHException):
-    """TCP connected, but no SSH banner came within the connect timeout."""
-
-
-def _cause(exc: BaseException | None) -> str:
-    """A short, never empty, reason for a closed connection."""
-    if isinstance(exc, _Dropped | _NoBanner):
-        return str(exc)
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    if isinstance(exc, EOFError) or exc is None:
-        return "it closed the connection"
-    text = str(exc).strip()
-    return text or type(exc).__name__
-
-
-def _root(exc: BaseException) -> BaseException | None:
-    """The low-level error under a paramiko SSHException, if any."""
-    inner = exc.__cause__ or exc.__context__
-    while isinstance(inner, SSHException) and (inner.__cause__ or inner.__context__):
-        inner = inner.__cause__ or inner.__context__
-    return inner
-
-
-def _says_dropped(exc: BaseException) -> bool:
-    """paramiko's words for a connection the server closed under us: its SFTP client
-    ("Server connection dropped: ") and its packetizer ("Socket is closed")."""
-    text = str(exc).strip()
-    return text.startswith("Server connection dropped") or text == "Socket is closed"
-
-
-def _dropped(where: str, exc: BaseException | None) -> _Dropped:
-    return _Dropped(f"connection dropped by the server ({where}{_cause(exc)})")
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, _Stalled | _Dropped | _NoBanner):
-        return str(exc)
-    if isinstance(exc, NoValidConnectionsError):
-        return "connection refused (" + ", ".join(
-            f"{addr[0]}:{addr[1]}" for addr in exc.errors) + ")"
-    if isinstance(exc, TimeoutError):
-        return "no answer (timed out)"
-    if isinstance(exc, EOFError | ConnectionError):
-        return str(_dropped("", exc))
-    text = str(exc).strip()
-    if _says_dropped(exc):
-        return str(_dropped("", _root(exc)))
-    return text or type(exc).__name__
-
-
-def _start(conn: Connection, command: str, open_timeout: float) -> paramiko.Channel:
-    """Start ``command`` on a new session channel (stdin closed)."""
-    transport = conn.client.get_transport()
-    if transport is None or not transport.is_active():
-        raise EOFError("the SSH connection is closed")
-    chan = transport.open_session(timeout=open_timeout)
-    try:
-        chan.exec_command(command)
-        chan.shutdown_write()
-    except BaseException:
-        chan.close()
-        raise
-    return chan
-
-
-def _drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> bool:
-    """Append what has arrived; True when anything did."""
-    got = False
-    while chan.recv_ready():
-        data = chan.recv(1 << 16)
-        if not data:
-            break
-        out += data
-        got = True
-    while chan.recv_stderr_ready():
-        data = chan.recv_stderr(1 << 16)
-        if not data:
-            break
-        err += data
-        got = True
-    return got
-
-
-def _wait_readable(chan: paramiko.Channel, seconds: float) -> None:
-    """Sleep until the channel has data, closes, or ``seconds`` pass."""
-    if seconds > 0:
-        select.select([chan], [], [], seconds)
-
-
-def _collect(chan: paramiko.Channel, out: bytearray, err: bytearray, deadline: float
-             ) -> tuple[int, bool]:
-    """Read the command's output until it exits or ``deadline``: (exit status, timed
-    out). The status is -1 when the command died by a signal or the connection
-    dropped (paramiko's default when no exit status came)."""
-    exited_at: float | None = None
-    while True:
-        got = _drain(chan, out, err)
-        if chan.closed or (chan.eof_received and chan.exit_status_ready()):
-            _drain(chan, out, err)
-            return chan.exit_status, False
-        now = time.monotonic()
-        if chan.exit_status_ready():         # output may still follow: wait for a quiet spell
-            exited_at = now if exited_at is None or got else exited_at
-            if now - exited_at > _EOF_GRACE_S:
-                _drain(chan, out, err)
-                return chan.exit_status, False
-        remaining = deadline - now
-        if remaining <= 0:
-            _drain(chan, out, err)
-            return -1, True
-        if not got:
-            _wait_readable(chan, min(_POLL_S, remaining))
 
 
 class SshTransport(ShellFileOps):
@@ -352,7 +168,7 @@ class SshTransport(ShellFileOps):
             raise failure from exc
         except EOFError as exc:
             conn.close()
-            raise _dropped("during the SSH handshake: ", exc) from exc
+            raise dropped("during the SSH handshake: ", exc) from exc
         except BaseException:
             conn.close()
             raise
@@ -373,13 +189,13 @@ class SshTransport(ShellFileOps):
         b = self.board
         if text.startswith("Error reading SSH protocol banner") or (
                 text == "No existing session" and real is exc):
-            under = _root(real)
+            under = root_cause(real)
             if under is None or isinstance(under, TimeoutError):
-                return _NoBanner(f"no SSH banner from {b.host}:{b.port} within "
+                return NoBanner(f"no SSH banner from {b.host}:{b.port} within "
                                  f"{b.connect_timeout_s:g} s — is this an SSH server?")
-            return _dropped("before its SSH banner: ", under)
+            return dropped("before its SSH banner: ", under)
         if isinstance(real, EOFError | ConnectionError):
-            return _dropped("during the SSH handshake: ", real)
+            return dropped("during the SSH handshake: ", real)
         return real
 
     def _alive(self) -> bool:
@@ -389,7 +205,7 @@ class SshTransport(ShellFileOps):
         if self._conn is not None:
             try:
                 if hard:
-                    _hard_close(self._conn)
+                    hard_close(self._conn)
                 self._conn.close()
             except Exception:  # a dead socket may fail to close; nothing to keep
                 pass
@@ -423,7 +239,7 @@ class SshTransport(ShellFileOps):
         for attempt in range(b.retries + 1):
             if attempt:
                 log.info("board %s: %s failed (%s); reconnect %d/%d", b.name, what,
-                         _reason(last) if last else "?", attempt, b.retries)
+                         reason(last) if last else "?", attempt, b.retries)
                 time.sleep(b.retry_delay_s)
             first = first or last
             try:
@@ -443,9 +259,9 @@ class SshTransport(ShellFileOps):
                 last = exc
             self._drop()
         assert last is not None
-        why = _reason(last)
-        if first is not None and _reason(first) != why:
-            why = f"{_reason(first)}; then {why}"
+        why = reason(last)
+        if first is not None and reason(first) != why:
+            why = f"{reason(first)}; then {why}"
         raise TransportError(f"board {b.name} unreachable: {why} "
                              f"(during {what}, {b.retries + 1} attempts)") from last
 
@@ -456,11 +272,11 @@ class SshTransport(ShellFileOps):
         command = wrap_command(argv, env=merged_env(self.board.env, env), cwd=cwd)
         started = time.monotonic()
         # Only starting the command is retried: once it runs, a drop is a result.
-        chan = self._with_retries(f"run {argv[0]}", lambda conn: _start(
+        chan = self._with_retries(f"run {argv[0]}", lambda conn: start_command(
             conn, command, self.board.connect_timeout_s))
         out, err = bytearray(), bytearray()
         try:
-            status, timed_out = _collect(chan, out, err, started + timeout)
+            status, timed_out = collect(chan, out, err, started + timeout)
         except BaseException as exc:        # Ctrl-C, SIGTERM-as-exception, SystemExit, ...
             self._abandon(chan, out, argv, exc)
             raise
@@ -486,10 +302,10 @@ class SshTransport(ShellFileOps):
         if pgid is None and self._alive():
             deadline = time.monotonic() + _PGID_WAIT_S
             while pgid is None and time.monotonic() < deadline and not chan.closed:
-                _drain(chan, out, bytearray())
+                drain(chan, out, bytearray())
                 pgid = split_pgid(out.decode("utf-8", "replace"))[0]
                 if pgid is None:
-                    _wait_readable(chan, 0.05)
+                    wait_readable(chan, 0.05)
         what = type(exc).__name__
         if pgid is None:
             log.warning("board %s: %s interrupted (%s) before it reported its process "
@@ -502,15 +318,15 @@ class SshTransport(ShellFileOps):
     def _kill_group(self, pgid: int) -> None:
         """Kill the remote process group over a fresh channel (best effort)."""
         try:
-            chan = _start(self._connection(), kill_group_command(pgid),
+            chan = start_command(self._connection(), kill_group_command(pgid),
                           self.board.connect_timeout_s)
             try:
-                _collect(chan, bytearray(), bytearray(), time.monotonic() + _KILL_TIMEOUT_S)
+                collect(chan, bytearray(), bytearray(), time.monotonic() + _KILL_TIMEOUT_S)
             finally:
                 chan.close()
         except Exception as exc:
             log.warning("board %s: could not kill remote process group %d: %s",
-                        self.name, pgid, _reason(exc))
+                        self.name, pgid, reason(exc))
             self._drop()
 
     # --- files -------------------------------------------------------------
@@ -527,7 +343,7 @@ class SshTransport(ShellFileOps):
         stall = self.stall_timeout
 
         def op(conn: Connection) -> T:
-            with _Watchdog(stall, lambda: _hard_close(conn)) as dog:
+            with Watchdog(stall, lambda: hard_close(conn)) as dog:
                 try:
                     sftp = conn.sftp()
                     channel = sftp.get_channel()
@@ -536,14 +352,14 @@ class SshTransport(ShellFileOps):
                     return fn(sftp, dog.progress)
                 except (OSError, EOFError, SSHException) as exc:
                     if dog.fired or isinstance(exc, TimeoutError):
-                        raise _Stalled(f"no data moved for {stall:g} s during {what} "
+                        raise Stalled(f"no data moved for {stall:g} s during {what} "
                                        "(board hung?)") from exc
                     transport = conn.client.get_transport()
-                    if _says_dropped(exc) or (transport is not None
+                    if says_dropped(exc) or (transport is not None
                                               and not transport.is_active()):
                         # paramiko says only that; the transport thread kept the cause
-                        cause = getattr(transport, "saved_exception", None) or _root(exc)
-                        raise _dropped("", cause) from exc
+                        cause = getattr(transport, "saved_exception", None) or root_cause(exc)
+                        raise dropped("", cause) from exc
                     raise
 
         return self._with_retries(what, op)
