@@ -33,7 +33,8 @@ def _names(names: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from qnn_ci.sdk.encoding_roles import derived_text
-    from qnn_ci.sdk.encodings import coverage, load_model, read_encodings
+    from qnn_ci.sdk.encodings import read_encodings
+    from qnn_ci.sdk.encodings_coverage import coverage, load_model
 
     enc = read_encodings(args.file)
     cov = coverage(enc, load_model(args.model)) if args.model else None

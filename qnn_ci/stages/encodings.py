@@ -19,14 +19,6 @@ from typing import Any
 
 from qnn_ci.cache import file_digest
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sdk.encoding_roles import derived_text
-from qnn_ci.sdk.encodings import (
-    bitwidth_mismatches,
-    coverage,
-    float_entries,
-    load_model,
-    read_encodings,
-)
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Stage, StageContext
 from qnn_ci.tables import find_soc
@@ -60,6 +52,16 @@ class EncodingsStage(Stage):
         return {"overrides_sha256": digest}
 
     def run(self, ctx: StageContext) -> StageResult:
+        # onnx (via these) only when the stage runs: a cached re-run needs none of it
+        from qnn_ci.sdk.encoding_roles import derived_text
+        from qnn_ci.sdk.encodings import read_encodings
+        from qnn_ci.sdk.encodings_coverage import (
+            bitwidth_mismatches,
+            coverage,
+            float_entries,
+            load_model,
+        )
+
         export = ctx.export
         q = export.quantization
         assert q.overrides is not None

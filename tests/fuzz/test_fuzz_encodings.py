@@ -16,13 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from qnn_ci.errors import UserError
-from qnn_ci.sdk.encodings import (
-    Encodings,
-    bitwidth_mismatches,
-    coverage,
-    float_entries,
-    read_encodings,
-)
+from qnn_ci.sdk.encodings import Encodings, read_encodings
+from qnn_ci.sdk.encodings_coverage import bitwidth_mismatches, coverage, float_entries
 from tests.conftest import REAL_OUTPUTS, package_file
 from tests.fuzz.mutations import JSON_TOKENS, Files, apply_edits, byte_edits, json_edits
 

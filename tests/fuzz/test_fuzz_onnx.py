@@ -20,8 +20,9 @@ from onnx import TensorProto, helper
 
 from qnn_ci.errors import UserError
 from qnn_ci.onnx_io import graph_inputs, graph_outputs, load_model, model_signature
-from qnn_ci.sdk.encodings import Encodings, coverage
-from qnn_ci.sdk.encodings import load_model as load_for_encodings
+from qnn_ci.sdk.encodings import Encodings
+from qnn_ci.sdk.encodings_coverage import coverage
+from qnn_ci.sdk.encodings_coverage import load_model as load_for_encodings
 from qnn_ci.shapes import analyse_and_pin
 from tests.conftest import package_file
 from tests.fuzz.mutations import Files, apply_edits, byte_edits

@@ -10,13 +10,8 @@ import onnx
 import pytest
 
 from qnn_ci.errors import UserError
-from qnn_ci.sdk.encodings import (
-    bitwidth_mismatches,
-    coverage,
-    float_entries,
-    load_model,
-    read_encodings,
-)
+from qnn_ci.sdk.encodings import read_encodings
+from qnn_ci.sdk.encodings_coverage import bitwidth_mismatches, coverage, float_entries, load_model
 
 
 def write(tmp_path: Path, data: Any, name: str = "m.encodings") -> Path:

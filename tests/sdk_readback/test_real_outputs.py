@@ -11,7 +11,8 @@ import pytest
 
 from qnn_ci.cli import main
 from qnn_ci.sdk.cpp_model import read_cpp_model
-from qnn_ci.sdk.encodings import coverage, load_model, read_encodings
+from qnn_ci.sdk.encodings import read_encodings
+from qnn_ci.sdk.encodings_coverage import coverage, load_model
 from qnn_ci.sdk.fp16_audit import audit_fp16
 from qnn_ci.sdk.net_json import read_net_json
 from qnn_ci.sdk.record import parse_record_text, read_record

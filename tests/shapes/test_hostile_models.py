@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qnn_ci.cli import main
 from qnn_ci.errors import UserError
 from qnn_ci.onnx_io import MODEL_CAP, graph_inputs, load_model, model_signature
-from qnn_ci.sdk.encodings import load_model as load_for_encodings
+from qnn_ci.sdk.encodings_coverage import load_model as load_for_encodings
 from qnn_ci.shapes import analyse_and_pin
 
 from .conftest import make_model, save, tensor
