@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from qnn_ci.defaults import MANIFEST_NAMES
 from qnn_ci.errors import UserError
+from qnn_ci.memo import Memo, code_digest, memo_key, package_sources
 from qnn_ci.spec import (
     CalibrationSpec,
     ExportSpec,
@@ -42,7 +43,7 @@ from qnn_ci.yaml_lines import KeyPath, dotted, line_of, load_yaml_with_lines
 if TYPE_CHECKING:
     import jsonschema
 
-    from qnn_ci.onnx_io import ModelSignature
+    from qnn_ci.model_signature import ModelSignature
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +117,11 @@ class Manifest:
 
 
 class _Ctx:
-    def __init__(self, path: Path, lines: dict[KeyPath, int]) -> None:
+    def __init__(self, path: Path, lines: dict[KeyPath, int], memo_dir: Path | None = None
+                 ) -> None:
         self.path = path
         self.lines = lines
+        self.memo_dir = memo_dir
 
     def outside(self, idx: int, key_path: KeyPath) -> bool:
         """Whether ``key_path`` (of export ``idx``) is written outside that export's
@@ -193,10 +196,57 @@ def _describe_schema_error(err: jsonschema.ValidationError) -> tuple[KeyPath, st
     return path, message
 
 
+def _canonical(value: Any, out: list[str]) -> bool:
+    """Append a type-tagged, unambiguous text of ``value`` (what the schema sees: 4 and
+    4.0, 1 and true differ) to ``out``; False for a type this does not know."""
+    if isinstance(value, dict):
+        out.append(f"{{{len(value)}")
+        return all(_canonical(k, out) and _canonical(v, out) for k, v in value.items())
+    if isinstance(value, list):
+        out.append(f"[{len(value)}")
+        return all(_canonical(v, out) for v in value)
+    if value is None or type(value) in (bool, int, float, str):
+        text = repr(value)
+        out.append(f"{type(value).__name__}{len(text)}:{text}")
+        return True
+    return False
+
+
+def _schema_code() -> str:
+    """The code that decides "valid": this module, the schema, jsonschema's source."""
+    jsonschema_files = package_sources("jsonschema")
+    if not jsonschema_files:
+        return ""
+    here = Path(__file__).resolve().parent
+    return code_digest((here / "manifest.py", here / "schema" / "qnn-ci.schema.json",
+                        *jsonschema_files))
+
+
+def _schema_memo_key(data: Any) -> str | None:
+    """The memo key of "``data`` passed the schema", None when it cannot be keyed."""
+    parts: list[str] = []
+    code = _schema_code()
+    if not code or not _canonical(data, parts):
+        return None
+    return memo_key("schema", "1", code, "\n".join(parts))
+
+
 def _validate(ctx: _Ctx, data: Any) -> None:
     if not isinstance(data, dict):
         raise UserError("a manifest is a mapping with `exports:` (and optional `defaults:`)",
                         file=ctx.path, line=1)
+    # A cached re-run of an unchanged manifest need not import jsonschema: a document
+    # that passed this exact schema check before (same content, same code) passes now.
+    memo = Memo(ctx.memo_dir)
+    key = _schema_memo_key(data) if ctx.memo_dir is not None else None
+    if key is None or memo.get("schema", key) != "ok":
+        _schema_check(ctx, data)
+        if key is not None:
+            memo.put("schema", key, "ok")
+    _check_numbers(ctx, data, ())
+
+
+def _schema_check(ctx: _Ctx, data: dict[str, Any]) -> None:
     errors = sorted(_validator().iter_errors(data), key=lambda e: (len(e.absolute_path),
                                                                  list(map(str, e.absolute_path))))
     if errors:
@@ -210,13 +260,12 @@ def _validate(ctx: _Ctx, data: Any) -> None:
             best = best_match(errors)
         key_path, message = _describe_schema_error(best)
         raise ctx.error(key_path, message)
-    _check_numbers(ctx, data, ())
 
 
-def _model_signature(path: Path) -> ModelSignature:
-    from qnn_ci.onnx_io import model_signature as read  # onnx and numpy: only when loading
+def _model_signature(ctx: _Ctx, path: Path) -> ModelSignature:
+    from qnn_ci.model_signature import signature  # onnx and numpy: only on a memo miss
 
-    return read(path)
+    return signature(path, ctx.memo_dir)
 
 
 def _check_numbers(ctx: _Ctx, value: Any, path: KeyPath) -> None:
@@ -394,7 +443,7 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
             dtype=spec.get("dtype"), encoding=spec.get("encoding"), value=spec.get("value"))
 
     try:
-        sig = _model_signature(model)
+        sig = _model_signature(ctx, model)
     except Exception as exc:  # onnx raises many kinds on a broken file
         raise ctx.error((*kp, "model"), f"cannot read ONNX model {_show(model)}: "
                                         f"{str(exc).splitlines()[0] if str(exc) else exc}"
@@ -529,8 +578,8 @@ def _check_from_chains(ctx: _Ctx, exports: list[ExportSpec]) -> None:
 def _check_name_map(ctx: _Ctx, i: int, e: ExportSpec, up: ExportSpec) -> None:
     """`from:` hands upstream outputs to this export's inputs: every name must exist
     and every input must be fed."""
-    up_outputs = _model_signature(up.model).outputs
-    inputs = list(_model_signature(e.model).inputs)
+    up_outputs = _model_signature(ctx, up.model).outputs
+    inputs = list(_model_signature(ctx, e.model).inputs)
     kp: KeyPath = ("exports", i, "calibration", "from")
     mapping = e.calibration.name_map or {n: n for n in up_outputs if n in inputs}
     for out_name, in_name in mapping.items():
@@ -566,11 +615,14 @@ def _load_boards(ctx: _Ctx, data: dict[str, Any]) -> dict[str, Any]:
     return boards
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    """Read and validate a manifest; every problem is a one-line UserError."""
+def load_manifest(path: str | Path, *, memo_dir: Path | None = None) -> Manifest:
+    """Read and validate a manifest; every problem is a one-line UserError.
+
+    ``memo_dir`` (``<workdir>/.memo``): remember model signatures and passed schema
+    checks there, keyed by content, so a re-run imports neither onnx nor jsonschema."""
     path = Path(path).resolve()
     data, lines = load_yaml_with_lines(path)
-    ctx = _Ctx(path, lines)
+    ctx = _Ctx(path, lines, memo_dir)
     _validate(ctx, data)
     defaults = data.get("defaults") or {}
     exports: list[ExportSpec] = []

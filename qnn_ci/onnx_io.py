@@ -8,7 +8,6 @@ type are each one line, ``cannot read ONNX model <path>: <why>``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,11 @@ import onnx
 from onnx import helper
 
 from qnn_ci.errors import UserError
+from qnn_ci.model_signature import Dim, ModelSignature, TensorIO
 from qnn_ci.safe_read import MiB, read_bytes
 
-Dim = int | str | None   # int: static (may be -1), str: dim_param, None: unknown
+__all__ = ["Dim", "ModelSignature", "TensorIO", "graph_inputs", "graph_outputs", "load_model",
+           "model_signature", "np_dtype", "np_dtype_name"]
 
 MODEL_CAP = 2048 * MiB   # protobuf's limit for one message
 MODEL_HINT = "an .onnx file holds at most 2 GiB; bigger models keep weights in external data"
@@ -35,19 +36,6 @@ def np_dtype_name(elem_type: int) -> str:
         return helper.tensor_dtype_to_np_dtype(elem_type).name
     except (KeyError, ValueError, TypeError):
         return "?"
-
-
-@dataclass(frozen=True)
-class TensorIO:
-    name: str
-    dtype: str                     # numpy dtype name, "?" when undefined
-    dims: tuple[Dim, ...] | None   # None: no shape at all
-
-    @property
-    def static_shape(self) -> tuple[int, ...] | None:
-        if self.dims is None or not all(isinstance(d, int) and d > 0 for d in self.dims):
-            return None
-        return tuple(int(d) for d in self.dims)  # type: ignore[arg-type]
 
 
 def _io(vi: onnx.ValueInfoProto) -> TensorIO:
@@ -167,16 +155,6 @@ def graph_outputs(model: onnx.ModelProto) -> list[TensorIO]:
 
 def np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
-
-
-@dataclass(frozen=True)
-class ModelSignature:
-    """A model's graph inputs {name: (dims, dtype)} (dims: int, or None when not a
-    fixed value) and output names, read without its weights."""
-
-    inputs: dict[str, tuple[tuple[int | None, ...] | None, str]]
-    outputs: tuple[str, ...]
-    external_data: tuple[str, ...] = ()      # external weight files, relative to the model
 
 
 @cache

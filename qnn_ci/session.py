@@ -13,6 +13,7 @@ from typing import Any
 from qnn_ci.defaults import DEFAULT_WORKDIR
 from qnn_ci.errors import UserError
 from qnn_ci.manifest import Manifest, load_manifest
+from qnn_ci.memo import MEMO_DIR
 from qnn_ci.pipeline import Pipeline, load_stages_for
 from qnn_ci.stage import Environment
 
@@ -62,7 +63,7 @@ class Opened:
 
 
 def open_pipeline(path: Path, opts: Options) -> Opened:
-    manifest = load_manifest(path)
+    manifest = load_manifest(path, memo_dir=opts.workdir.resolve() / MEMO_DIR)
     env = make_environment(opts, manifest)
     selected = [e.name for e in manifest.exports if not opts.exports or e.name in opts.exports]
     stages = load_stages_for(set(opts.stages)) if opts.stages else None

@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from qnn_ci.calibration.list_tokens import check_list_path, check_names
 from qnn_ci.errors import UserError
+
+if TYPE_CHECKING:   # numpy only when arrays are read or written (cached runs skip it)
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -144,10 +146,14 @@ def write_input_list(path: Path, samples: list[dict[str, Path]], input_names: li
 
 def write_raw(array: np.ndarray, path: Path, dtype: str) -> None:
     """Headerless little-endian dump in exactly ``dtype``."""
+    import numpy as np
+
     arr = np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<"))
     arr.tofile(path)
 
 
 def read_raw(path: Path, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    import numpy as np
+
     data = np.fromfile(path, dtype=np.dtype(dtype).newbyteorder("<"))
     return data.reshape(shape).astype(np.dtype(dtype), copy=False)

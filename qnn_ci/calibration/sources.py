@@ -12,9 +12,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci.calibration.input_list import read_raw, write_raw
 from qnn_ci.calibration.project_modules import import_closure, refresh, remember
@@ -22,7 +20,10 @@ from qnn_ci.errors import UserError
 
 log = logging.getLogger(__name__)
 
-Sample = dict[str, np.ndarray]
+if TYPE_CHECKING:   # numpy only when samples are made (cached runs skip it)
+    import numpy as np
+
+Sample = dict[str, "np.ndarray"]
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,8 @@ def check_sample(sample: dict[str, Any], expected: list[Expected], *, where: str
             parts.append(f"unexpected {', '.join(map(str, extra))}")
         raise UserError(f"{where}: {'; '.join(parts)} (graph inputs: {', '.join(names)})",
                         key=key)
+    import numpy as np
+
     out: Sample = {}
     for e in expected:
         arr = np.asarray(sample[e.name])

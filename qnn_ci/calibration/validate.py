@@ -6,15 +6,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci.calibration.input_list import explain_split, parse_input_list, resolve_line
 from qnn_ci.calibration.list_tokens import UnwritableInputList, check_names
 from qnn_ci.errors import UserError
-from qnn_ci.onnx_io import TensorIO
+from qnn_ci.model_signature import TensorIO
 from qnn_ci.results import Finding, Severity
+
+if TYPE_CHECKING:   # numpy only when a list is validated (cached runs skip it)
+    import numpy as np
 
 _CHUNK = 1 << 22
 
@@ -48,6 +49,8 @@ def _digest_and_zero(path: Path) -> tuple[str, bool]:
 
 
 def _dtype_hint(size: int, numel: int, want: np.dtype) -> str:
+    import numpy as np
+
     candidates = sorted(("float32", "float16", "int64", "int32", "uint8", "float64"),
                         key=lambda n: np.dtype(n).kind != want.kind)  # same kind first
     for other in candidates:
@@ -89,6 +92,8 @@ class SyntheticCheck:
 
     def non_finite(self, name: str, where: str, array: np.ndarray) -> None:
         """NaN or Inf in a float input: broken data, an error wherever it comes from."""
+        import numpy as np
+
         if array.dtype.kind == "f" and not np.isfinite(array).all():
             bad = int(array.size - np.count_nonzero(np.isfinite(array)))
             self.findings.append(Finding(
@@ -96,6 +101,8 @@ class SyntheticCheck:
                 f"{array.size}", Severity.ERROR, name))
 
     def add_array(self, name: str, where: str, array: np.ndarray) -> None:
+        import numpy as np
+
         self.non_finite(name, where, array)
         if array.size <= 1:
             return  # scalars (a sample rate, a flag) legitimately repeat
@@ -126,6 +133,8 @@ def validate_input_list(path: Path, inputs: list[TensorIO],
                         shapes: dict[str, tuple[int, ...]]) -> ValidationReport:
     """``inputs`` are the model's graph inputs; ``shapes`` the static shape per input
     (pinned dims win over the model's)."""
+    import numpy as np
+
     for io in inputs:
         if io.name not in shapes:
             raise UserError(f"input {io.name!r} has no static shape "

@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.boards.lock import BoardLockedError
-from qnn_ci.boards.native_outputs import NativeType, native_types
-from qnn_ci.boards.netrun import NetRunResult
-from qnn_ci.boards.result_files import ExpectedOutput
 from qnn_ci.boards.session import board_fingerprint, board_problem, resolve_board
-from qnn_ci.compare.outputs import sanitize
 from qnn_ci.pipeline import NO_CACHE
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, StageContext
 from qnn_ci.tables import find_soc
 from qnn_ci.transport.base import DiskFullError, TransportError
+
+if TYPE_CHECKING:   # numpy (via these) only when a board stage runs, not at load
+    from qnn_ci.boards.native_outputs import NativeType
+    from qnn_ci.boards.netrun import NetRunResult
+    from qnn_ci.boards.result_files import ExpectedOutput
 
 # Failures that say more about the board's state at that moment than about the
 # export: never reused from the cache (see ``finish``).
@@ -112,6 +113,10 @@ def native_expectations(net_json: str | None, outputs: dict[str, int | None]
     """For ``native_outputs``: each output's native type from the converter's
     ``_net.json``, the expected native files (element counts from ``outputs``, graph
     output name -> count), and an error finding per output that cannot be read."""
+    from qnn_ci.boards.native_outputs import native_types
+    from qnn_ci.boards.result_files import ExpectedOutput
+    from qnn_ci.compare.outputs import sanitize
+
     if not net_json or not Path(net_json).is_file():
         text = ("native_outputs: the converter's _net.json is missing (convert artefact "
                 "net_json), so the native outputs' data types are unknown; compare float "

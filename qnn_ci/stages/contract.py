@@ -21,8 +21,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import onnx
-
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.cpp_model import CppModel, read_cpp_model
@@ -62,6 +60,8 @@ def integer_inputs(export: ExportSpec) -> list[str]:
 
 def integer_input_dtypes(export: ExportSpec) -> dict[str, str]:
     """``integer_inputs`` with each input's dtype (``int64``)."""
+    import onnx  # not at import: cached runs need no onnx
+
     declared: dict[str, str] = {}
     try:
         model = onnx.load(str(export.model), load_external_data=False)

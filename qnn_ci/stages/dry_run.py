@@ -11,12 +11,9 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-import onnx
-
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.convert import explain_failure
 from qnn_ci.sdk.converter_cmd import build_convert_argv
-from qnn_ci.sdk.dry_run import fill_ops, node_op_types, parse_dry_run
 from qnn_ci.sdk.locate import CONVERTER
 from qnn_ci.sdk.toolrun import run_tool
 from qnn_ci.stage import StageContext
@@ -29,6 +26,10 @@ log = logging.getLogger(__name__)
 
 
 def _op_types(model: Path) -> dict[str, str]:
+    import onnx  # not at import: cached runs need no onnx
+
+    from qnn_ci.sdk.dry_run import node_op_types
+
     try:
         return node_op_types(onnx.load(str(model), load_external_data=False))
     except Exception as exc:      # only the op names in messages are at stake
@@ -53,6 +54,8 @@ class DryRunStage(ConverterStage):
                                   tool=sdk.tool(CONVERTER))
         run = run_tool(argv, sdk=sdk, workdir=ctx.workdir, log_name="dry_run",
                        timeout=export.sdk.timeout_s)
+        from qnn_ci.sdk.dry_run import fill_ops, parse_dry_run  # onnx: only when it runs
+
         report = parse_dry_run(run.output)
         if any(not p.op for p in report.problems):
             fill_ops(report, _op_types(model))

@@ -22,31 +22,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qnn_ci.boards.layout import board_inputs, board_layout, outputs_to_onnx_order
-from qnn_ci.boards.native_outputs import NativeType, dequantize_outputs, quant_steps
-from qnn_ci.boards.netrun import run_on_board, select_samples
-from qnn_ci.boards.reference import write_reference_outputs
-from qnn_ci.boards.result_files import ExpectedOutput
 from qnn_ci.boards.session import board_session
-from qnn_ci.calibration.input_list import write_input_list
-from qnn_ci.calibration.sources import Expected
-from qnn_ci.compare import (
-    DEFAULT_TOLERANCE,
-    Comparison,
-    accuracy_rule,
-    compare_sets,
-    load_output_set,
-    metric_properties,
-    sanitize,
-)
 from qnn_ci.errors import ToolError
 from qnn_ci.results import Finding, Severity, StageResult
 from qnn_ci.spec import ExportSpec, Thresholds
 from qnn_ci.stage import Environment, Stage, StageContext
 from qnn_ci.stages import board_common
 from qnn_ci.transport.base import TransportError
+
+if TYPE_CHECKING:   # numpy (via these) only when the stage runs, not at load
+    from qnn_ci.compare import Comparison
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +58,22 @@ class HtpVsCpuStage(Stage):
         return board_common.fingerprint(ctx)
 
     def run(self, ctx: StageContext) -> StageResult:
+        from qnn_ci.boards.layout import board_inputs, board_layout, outputs_to_onnx_order
+        from qnn_ci.boards.native_outputs import NativeType, dequantize_outputs, quant_steps
+        from qnn_ci.boards.netrun import run_on_board, select_samples
+        from qnn_ci.boards.reference import write_reference_outputs
+        from qnn_ci.boards.result_files import ExpectedOutput
+        from qnn_ci.calibration.input_list import write_input_list
+        from qnn_ci.calibration.sources import Expected
+        from qnn_ci.compare import (
+            DEFAULT_TOLERANCE,
+            accuracy_rule,
+            compare_sets,
+            load_output_set,
+            metric_properties,
+            sanitize,
+        )
+
         export, board = ctx.export, board_common.the_board(ctx)
         mismatch = board_common.soc_mismatch(ctx.export, board)
         if mismatch:
@@ -193,6 +196,8 @@ def float_exact(cpu_vs_fp32: Comparison, output_steps: Mapping[str, float] | Non
     (~1.5e-5 of the peak), float runs by ~1e-7. ``output_steps`` (output file key ->
     scale) are the quantization steps of native outputs: a float run written in a
     quantized output type misses by up to half of that step more."""
+    from qnn_ci.compare import sanitize
+
     steps = dict(output_steps or {})
     checks = []
     for o in cpu_vs_fp32.outputs:

@@ -11,7 +11,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.boards.netrun import run_on_board
 from qnn_ci.boards.session import board_session
 from qnn_ci.boards.storage import storage_findings, work_root_filesystem
 from qnn_ci.errors import ToolError
@@ -40,6 +39,8 @@ class SoLoadStage(Stage):
         return board_common.fingerprint(ctx)
 
     def run(self, ctx: StageContext) -> StageResult:
+        from qnn_ci.boards.netrun import run_on_board  # numpy: only when it runs
+
         board = board_common.the_board(ctx)
         mismatch = board_common.soc_mismatch(ctx.export, board)
         if mismatch:

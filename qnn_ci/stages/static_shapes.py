@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from qnn_ci.cache import file_digest
 from qnn_ci.errors import UserError
-from qnn_ci.onnx_io import model_signature
+from qnn_ci.memo import MEMO_DIR
+from qnn_ci.model_signature import signature
 from qnn_ci.results import StageResult, Status
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Stage, StageContext
@@ -49,7 +50,7 @@ def fixed_feeds(export: ExportSpec) -> dict[str, np.ndarray] | None:
     input's pinned shape; other inputs get random data in the shape checks."""
     import numpy as np
 
-    declared = model_signature(export.model).inputs
+    declared = signature(export.model).inputs
     feeds = {}
     for name, spec in export.inputs.items():
         if spec.value is None:
@@ -77,7 +78,7 @@ class StaticShapesStage(Stage):
         # Weights in external data files are part of the model too.
         fp["external_data"] = {name: file_digest(model.parent / name) if (
             model.parent / name).is_file() else "missing"
-            for name in model_signature(model).external_data}
+            for name in signature(model, ctx.env.workdir / MEMO_DIR).external_data}
         return fp
 
     def run(self, ctx: StageContext) -> StageResult:
