@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from qnn_ci import model_signature as model_signature_module
 from qnn_ci.errors import UserError
 from qnn_ci.manifest import load_manifest
 from qnn_ci.memo import MEMO_DIR, Memo, memo_key
@@ -22,6 +23,13 @@ from qnn_ci.onnx_io import model_signature
 from tests.core.graphs import scale_model, two_input_model
 
 REAL = ("cls_model", "det_model", "rec_model", "silero_model", "silero_sequence_model")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sees the disk memo, not what another test left in this worker's
+    in-process memo."""
+    monkeypatch.setattr(model_signature_module, "_SEEN", {})
 
 
 def _manifest(folder: Path, body: str) -> Path:
