@@ -5,8 +5,15 @@ simulated inference, each next to one fp32 onnxruntime CPU inference of the
 same model measured in the same run, printed as ratios; plus what a
 `sim_numerics` run of N samples will roughly take, to size `sim.samples`.
 
-    python benchmarks/sim_cost.py [--models cls det] [--soc QCS6490]
-                                  [--calibration-samples 4] [--repeats 3]
+    python benchmarks/sim_cost.py [--models cls] [--soc QCS6490]
+                                  [--calibration-samples 4] [--repeats 5]
+
+Inferences are timed paired in this process (CPU, simulator, CPU, simulator, ...)
+after one warm-up pair, median and min of ``--repeats``; the yardstick is the fp32
+onnxruntime CPU inference of the same model on the same input. The default is
+the classifier only, so ``make bench`` stays short (a detector inference on the
+simulator takes 40-90 s: ``--models cls det`` for it). No goal: this sizes
+``sim.samples``; it prints its ratios and the estimate.
 
 Models come from the rapidocr wheel (pinned here: cls 1x3x48x192, det
 1x3x480x640, rec 1x3x48x320). Calibration and inputs are random: timings do
@@ -19,13 +26,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import onnx
+from _harness import NOISE_NOTE, Paired, paired
 
 from qnn_ci.sim.availability import sim_unavailable, versions
 from qnn_ci.sim.check import check_htp
@@ -59,23 +66,17 @@ def pin(src: Path, shape: tuple[int, ...], dst: Path) -> Path:
     return dst
 
 
-def timed_runs(session, feeds: dict, repeats: int) -> float:
-    """Median seconds of ``repeats`` runs after one warm-up run."""
-    session.run(None, feeds)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def timed_pair(cpu, sim, feeds: dict, repeats: int) -> Paired:
+    """One CPU and one simulated inference, paired, ``repeats`` times after a warm-up."""
+    return paired(lambda: cpu.run(None, feeds), lambda: sim.run(None, feeds), repeat=repeats)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=["cls", "det"], choices=sorted(MODELS))
+    ap.add_argument("--models", nargs="+", default=["cls"], choices=sorted(MODELS))
     ap.add_argument("--soc", default="QCS6490")
     ap.add_argument("--calibration-samples", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     reason = sim_unavailable()
     if reason:
@@ -84,7 +85,9 @@ def main() -> int:
     v = versions()
     print(f"onnxruntime {v['onnxruntime']}, onnxruntime-qnn {v['onnxruntime-qnn']}, "
           f"{os.cpu_count()} CPU(s), SoC {soc.name} (simulator id {soc.sim_soc_id}), "
-          f"{args.calibration_samples} calibration sample(s), median of {args.repeats} runs")
+          f"{args.calibration_samples} calibration sample(s), median of {args.repeats} "
+          f"paired runs {NOISE_NOTE}")
+    print("yardstick: one fp32 onnxruntime CPU inference of the same model and input")
     start = time.perf_counter()
     qnn_devices()
     print(f"EP registration (once per process): {time.perf_counter() - start:.2f} s\n")
@@ -104,7 +107,7 @@ def main() -> int:
             start = time.perf_counter()
             report = check_htp(pinned, work, soc, cal, QuantSettings(), random_calibration=True)
             npu_s = time.perf_counter() - start
-            cpu_s = timed_runs(cpu_session(pinned), feeds, args.repeats)
+            cpu = cpu_session(pinned)
             p = report.prepare
             if not report.passed or p is None or p.ctx_model is None:
                 print(f"{name:5} sim_npu {npu_s:.1f} s: {report.summary_line()}")
@@ -112,12 +115,16 @@ def main() -> int:
             start = time.perf_counter()
             sim = htp_session(p.ctx_model, soc, work / "bench_run.log")
             load_s = time.perf_counter() - start
-            sim_s = timed_runs(sim, feeds, args.repeats)
-            qdq_s = timed_runs(cpu_session(report.quantize.model), feeds, args.repeats)
+            pair = timed_pair(cpu, sim, feeds, args.repeats)
+            cpu_s, sim_s = pair.a.median, pair.b.median
+            qdq = cpu_session(report.quantize.model)
+            qdq_s = timed_pair(cpu, qdq, feeds, args.repeats).b.median
             d = report.durations
             print(f"{name:5} {d['quantize_s']:8.2f}s {d['prepare_s']:7.2f}s {npu_s:7.2f}s "
                   f"{load_s:8.3f}s {sim_s:7.3f}s {cpu_s:7.4f}s {sim_s / cpu_s:7.0f}x "
                   f"{npu_s / cpu_s:11.0f}x {p.nodes_on_htp:>4}/{p.nodes_total:<4}")
+            print(f"      sim/cpu per inference: median {pair.ratio:.0f}x, min "
+                  f"{pair.ratio_min:.0f}x (cpu {pair.a.describe()}; sim {pair.b.describe()})")
             rows.append((name, load_s, sim_s, cpu_s, qdq_s))
     if rows:
         print("\nsim_numerics cost for N samples ~ load ctx + N x (sim inf + cpu inf + "
@@ -126,6 +133,8 @@ def main() -> int:
             per = sim_s + cpu_s + qdq_s
             est = ", ".join(f"N={n}: {load_s + n * per:.1f} s" for n in (2, 10, 50))
             print(f"  {name}: {per:.2f} s per sample; {est}")
+        print("(no goal: informational, to size sim.samples; sim_numerics runs samples in "
+              "parallel processes, see benchmarks/sim_parallel.py)")
     return 0
 
 

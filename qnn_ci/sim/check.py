@@ -4,7 +4,7 @@ quantize for the HTP -> prepare for one SoC -> FP16 audit of the QNN graph."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,14 @@ from qnn_ci.sim.samples import Feeds
 from qnn_ci.tables import SocInfo
 
 log = logging.getLogger(__name__)
+
+# (float model, QDQ destination, samples, settings, quantizer log) -> the QDQ model
+Quantizer = Callable[[Path, Path, Sequence[Feeds], QuantSettings, Path], QuantizeResult]
+
+
+def quantize_here(src: Path, dst: Path, samples: Sequence[Feeds], settings: QuantSettings,
+                  log_path: Path) -> QuantizeResult:
+    return quantize_for_htp(src, dst, samples, settings, log_path=log_path)
 
 
 @dataclass
@@ -89,9 +97,10 @@ def _fp16_audit(report: SimNpuReport, paths: list[Path]) -> None:
 
 def check_htp(model: Path, out_dir: Path, soc: SocInfo, samples: Sequence[Feeds],
               settings: QuantSettings, *, random_calibration: bool = False,
-              log_severity: int = 2) -> SimNpuReport:
+              log_severity: int = 2, quantizer: Quantizer = quantize_here) -> SimNpuReport:
     """Quantize ``model`` (fp32, static shapes) with ``samples``, prepare it for
-    ``soc`` and audit the QNN graph. Artefacts go to ``out_dir``."""
+    ``soc`` and audit the QNN graph. Artefacts go to ``out_dir``. ``quantizer`` may
+    reuse a QDQ model made for another export (``qnn_ci.sim.shared_quantize``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = model.name.removesuffix(".onnx")
     report = SimNpuReport(soc, model, out_dir, random_calibration=random_calibration)
@@ -100,8 +109,8 @@ def check_htp(model: Path, out_dir: Path, soc: SocInfo, samples: Sequence[Feeds]
             "sim.random_calibration", "quantized with RANDOM data (no calibration input "
             "list): the prepare answer holds, but no numbers are checked", Severity.WARNING))
     try:
-        report.quantize = quantize_for_htp(model, out_dir / f"{stem}.qdq.onnx", samples,
-                                           settings, log_path=out_dir / "quantize.log")
+        report.quantize = quantizer(model, out_dir / f"{stem}.qdq.onnx", samples, settings,
+                                    out_dir / "quantize.log")
     except UserError:
         raise
     except Exception as exc:  # the quantizer's own failure: a finding, not a crash

@@ -159,25 +159,29 @@ def _oracle(ref_dir: Path, qdq_dir: Path, sim_dir: Path) -> list[Finding]:
 
 def simulate_and_compare(float_model: Path, qdq_model: Path | None, ctx_model: Path,
                          soc: SocInfo, samples: Sequence[Feeds], thresholds: Thresholds,
-                         out_dir: Path) -> NumericsResult:
+                         out_dir: Path, *, processes: int | None = None) -> NumericsResult:
     """Run ``samples`` through fp32 CPU, the simulator (and the QDQ model on CPU)
-    and compare."""
+    and compare. The simulator may use up to ``processes`` processes (default: as
+    many as the cores allow; see ``qnn_ci.sim.parallel``)."""
+    from qnn_ci.sim.parallel import sim_processes, simulate_samples
+
     for sub in ("reference", "sim", "qdq_cpu"):
         shutil.rmtree(out_dir / sub, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "sim_run.log"
-    ref_session = cpu_session(float_model)
-    ref, cpu_s = run_all(ref_session, samples)
-    expected = {file_key(k): (str(v.dtype), tuple(v.shape)) for k, v in ref[0].items()}
-    sim, sim_s = run_all(htp_session(ctx_model, soc, log_path), samples, log_path=log_path)
-    ref_dir = write_outputs(out_dir / "reference", ref)
-    sim_dir = write_outputs(out_dir / "sim", sim)
     if qdq_model is not None and not qdq_model.is_file():
         qdq_model = None
+    n = sim_processes(len(samples)) if processes is None else max(1, processes)
+    ref, cpu_s = run_all(cpu_session(float_model), samples)
+    qdq = run_all(cpu_session(qdq_model), samples)[0] if qdq_model is not None else None
+    sim, sim_s = simulate_samples(ctx_model, soc, samples, log_path, n)
+    expected = {file_key(k): (str(v.dtype), tuple(v.shape)) for k, v in ref[0].items()}
+    ref_dir = write_outputs(out_dir / "reference", ref)
+    sim_dir = write_outputs(out_dir / "sim", sim)
     steps = {file_key(k): v for k, v in output_steps(qdq_model).items()} if qdq_model else {}
     comparison = _compare(ref_dir, sim_dir, thresholds, expected, steps)
     qdq_cmp, qdq_dir = None, None
-    if qdq_model is not None:
-        qdq, _ = run_all(cpu_session(qdq_model), samples)
+    if qdq is not None:
         qdq_dir = write_outputs(out_dir / "qdq_cpu", qdq)
         qdq_cmp = _compare(ref_dir, qdq_dir, thresholds, expected, steps)
     findings = list(comparison.findings)

@@ -61,6 +61,7 @@ class QuantizeResult:
     overrides: OverrideSet | None = None
     opset: int | None = None
     duration_s: float = 0.0
+    shared_from: str | None = None        # the export it was made for, when reused
 
 
 class _Reader:

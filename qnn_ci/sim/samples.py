@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,13 @@ class SampleList(Sequence[Feeds]):
     def __len__(self) -> int:
         return len(self._rows)
 
+    def rows(self) -> list[dict[str, Path]]:
+        """The raw file of every input, per sample."""
+        return list(self._rows)
+
+    def metas(self) -> list[InputMeta]:
+        return list(self._by_name.values())
+
     @overload
     def __getitem__(self, index: int) -> Feeds: ...
     @overload
@@ -68,6 +76,25 @@ class SampleList(Sequence[Feeds]):
         row = self._rows[index]
         return {n: read_raw(p, self._by_name[n].dtype, self._by_name[n].shape)
                 for n, p in row.items()}
+
+
+def samples_digest(samples: Sequence[Feeds]) -> str:
+    """A digest of the samples' content, in order: the raw files' bytes for a
+    ``SampleList`` (read from disk once, memoised), else the arrays' bytes."""
+    from qnn_ci.cache import digest, file_digest
+
+    if isinstance(samples, SampleList):
+        return digest({"inputs": [(m.name, m.dtype, list(m.shape))
+                                  for m in samples.metas()],
+                       "rows": [{n: file_digest(p) for n, p in sorted(row.items())}
+                                for row in samples.rows()]})
+    h = hashlib.sha256()
+    for feeds in samples:
+        for name in sorted(feeds):
+            arr = np.ascontiguousarray(feeds[name])
+            h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+            h.update(arr.tobytes())
+    return h.hexdigest()
 
 
 def load_samples(input_list: Path, inputs: list[InputMeta], *,

@@ -5,12 +5,14 @@ real outputs."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.cache import file_digest
+from qnn_ci.cache import digest, file_digest
 from qnn_ci.calibration.depends import depends_digests
 from qnn_ci.calibration.input_list import (
     parse_input_list,
@@ -29,8 +31,9 @@ from qnn_ci.calibration.sources import (
 )
 from qnn_ci.calibration.validate import SYNTHETIC_SIGNS, SyntheticCheck, validate_input_list
 from qnn_ci.errors import UserError
-from qnn_ci.onnx_io import TensorIO
+from qnn_ci.model_signature import TensorIO
 from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.shared_results import Claim, claim
 from qnn_ci.spec import CalibrationSpec, ExportSpec
 from qnn_ci.stage import Stage, StageContext
 
@@ -38,6 +41,16 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GENERATED_SAMPLES = 100
 DEFAULT_GENERATED_HELD_OUT = 4
+LISTS = {"input_list": "input_list.txt", "held_out_list": "held_out_list.txt"}
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 def _digest_or_name(path: Path) -> str:
@@ -50,6 +63,71 @@ def _digest_or_name(path: Path) -> str:
 def expected_inputs(ctx: StageContext) -> list[Expected]:
     shapes = ctx.upstream["static_shapes"].data["inputs"]
     return [Expected(i["name"], i["dtype"], tuple(i["shape"])) for i in shapes]
+
+
+def defined_here(file: Path | None, name: str) -> bool:
+    """True when the Python file ``file`` binds ``name`` at module level exactly once,
+    with an undecorated ``def`` and no ``import *``: the function the module exports
+    is then the one in this file (a decorator or any other binding could hand out
+    code from elsewhere). False whenever unsure."""
+    if file is None or file.suffix != ".py":
+        return False
+    try:
+        source = file.read_bytes()
+    except OSError:
+        return False
+    return _defined_in(source, name)
+
+
+@functools.lru_cache(maxsize=256)
+def _defined_in(source: bytes, name: str) -> bool:
+    """``defined_here`` for these bytes (memoised: one parse per content)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    bindings: list[ast.AST] = []
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name == name:
+                bindings.append(node)
+            # a walrus in a decorator or default binds here; `global name` in a body
+            # rebinds it when called
+            bindings += [n for n in ast.walk(node) if n is not node and (
+                (isinstance(n, ast.Global) and name in n.names)
+                or (isinstance(n, ast.NamedExpr) and _binds(n.target, name)))]
+            continue
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return False
+        # if / try / with / for / while / match at module level: their bodies too
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.stmt) and sub is not node and \
+                    isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                if sub.name == name:
+                    bindings.append(sub)
+            elif _binds(sub, name):
+                bindings.append(sub)
+            elif isinstance(sub, ast.ImportFrom) and any(a.name == "*" for a in sub.names):
+                return False
+    return (len(bindings) == 1 and isinstance(bindings[0], ast.FunctionDef)
+            and not bindings[0].decorator_list and bindings[0] in tree.body)
+
+
+def _binds(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` (not a def) may bind ``name`` in its scope."""
+    if isinstance(node, ast.Name):
+        return node.id == name and not isinstance(node.ctx, ast.Load)
+    if isinstance(node, ast.alias):
+        return (node.asname or node.name.partition(".")[0]) == name
+    if isinstance(node, ast.Global | ast.Nonlocal):
+        return name in node.names
+    if isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar):
+        return getattr(node, "name", None) == name
+    if isinstance(node, ast.MatchMapping):
+        return node.rest == name
+    return False
 
 
 class CalibrationStage(Stage):
@@ -76,12 +154,17 @@ class CalibrationStage(Stage):
         key = f"exports.{ctx.export.name}.calibration"
         fp: dict[str, Any] = {}
         if c.generator:
-            func = load_generator(c.generator, base, key=f"{key}.generator")
-            closure = import_closure(c.generator.partition(":")[0], base)
+            module, _, func_name = c.generator.partition(":")
+            closure = import_closure(module, base)
             files = dict(closure.files) if closure else {}
-            code = getattr(func, "__code__", None)
-            if code is not None and Path(code.co_filename).is_file():
-                files.setdefault("<generator>", Path(code.co_filename).resolve())
+            if not (closure and defined_here(files.get(module), func_name)):
+                # The function may come from a file outside the closure: import the
+                # module to see where (a plain top-level `def` in the module's own
+                # file needs no import: that file is in the closure already).
+                func = load_generator(c.generator, base, key=f"{key}.generator")
+                code = getattr(func, "__code__", None)
+                if code is not None and Path(code.co_filename).is_file():
+                    files.setdefault("<generator>", Path(code.co_filename).resolve())
             label = closure.label if closure else str
             fp["generator_modules"] = {label(f): file_digest(f) for f in files.values()}
             fp["generator_packages"] = package_versions(closure.third_party if closure
@@ -95,7 +178,91 @@ class CalibrationStage(Stage):
                          for line in parse_input_list(c.input_list).lines]
         return fp
 
+    def shared_key(self, ctx: StageContext) -> str:
+        """What the samples depend on, by content only (never the export's name): the
+        settings and fingerprint the cache key holds, the pinned model and its inputs,
+        and a `from:` chain's upstream results."""
+        from qnn_ci import __version__
+        from qnn_ci.pipeline import content_digest, export_settings
+
+        settings = export_settings(ctx.export, self)
+        settings.pop("name", None)
+        parts: dict[str, Any] = {
+            "qnn_ci": __version__, "stage": self.name, "version": self.version,
+            "settings": settings, "fingerprint": self.fingerprint(ctx),
+            "upstream": {n: content_digest(r) for n, r in sorted(ctx.upstream.items())},
+            "peers": {p: {n: content_digest(r) for n, r in sorted(rs.items())}
+                      for p, rs in sorted(ctx.peer_results.items())}}
+        if ctx.export.calibration.from_export:
+            parts["onnxruntime"] = _version("onnxruntime")
+        return digest(parts)
+
     def run(self, ctx: StageContext) -> StageResult:
+        """The samples, computed once per content key across the work folder's exports
+        (``qnn_ci.shared_results``) and linked into this export's folder."""
+        key = self.shared_key(ctx)
+        with claim(ctx.env, self.name, key, ctx.export.name) as entry:
+            if entry.hit:
+                reused = self._reuse(ctx, entry)
+                if reused is not None:
+                    return reused
+                shutil.rmtree(ctx.workdir)          # an entry that does not hold up:
+                ctx.workdir.mkdir(parents=True)     # computed again, and replaced
+            result = self._compute(ctx)
+            if result.status == Status.PASSED:
+                self._publish(ctx, entry, result)
+            return result
+
+    def _lists(self, result: StageResult) -> dict[str, str]:
+        return {k: result.artefacts[k] for k in LISTS if k in result.artefacts}
+
+    def _publish(self, ctx: StageContext, entry: Claim, result: StageResult) -> None:
+        names = list(result.data["inputs"])
+        raw_dir = Path(result.artefacts["raw_dir"]).resolve()
+        files = {f"raw/{p.name}": p for p in sorted(raw_dir.iterdir()) if p.is_file()}
+        lists = {k: [{n: str(Path(path).resolve().relative_to(raw_dir))
+                      for n, path in row.items()}
+                     for row in read_input_list(Path(v), names)]
+                 for k, v in self._lists(result).items()}
+        stored = result.to_dict()
+        stored.pop("artefacts")
+        entry.publish(files, {"lists": lists, "result": stored})
+
+    def _reuse(self, ctx: StageContext, entry: Claim) -> StageResult | None:
+        """The stored samples linked into this export's folder, or None when the entry
+        does not hold up (a list naming a file it does not have, a damaged result)."""
+        stored = entry.stored
+        raw_dir = ctx.workdir / "raw"
+        try:
+            names = [str(n) for n in stored["result"]["data"]["inputs"]]
+            have = set(entry.files)
+            lists = {str(kind): [{str(n): str(rel) for n, rel in row.items()} for row in rows]
+                     for kind, rows in stored["lists"].items()}
+            if not set(lists) <= set(LISTS) or "input_list" not in lists or any(
+                    sorted(row) != sorted(names) or any(f"raw/{rel}" not in have
+                                                        for rel in row.values())
+                    for rows in lists.values() for row in rows):
+                return None
+            result = StageResult.from_dict({**stored["result"], "artefacts": {}})
+            if result.status != Status.PASSED or result.stage != self.name:
+                return None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        raw_dir.mkdir(exist_ok=True)
+        entry.link_into({name: ctx.workdir / name for name in entry.files})
+        artefacts = {"raw_dir": str(raw_dir)}
+        for kind, rows in lists.items():
+            path = ctx.workdir / LISTS[kind]
+            write_input_list(path, [{n: raw_dir / rel for n, rel in row.items()}
+                                    for row in rows], names)
+            artefacts[kind] = str(path)
+        result.artefacts = artefacts
+        result.properties["shared_from"] = f"{entry.made_by} (content key {entry.key[:12]})"
+        log.info("%s::calibration: reused the samples computed for export %s",
+                 ctx.export.name, entry.made_by)
+        return result
+
+    def _compute(self, ctx: StageContext) -> StageResult:
         export, c = ctx.export, ctx.export.calibration
         expected = expected_inputs(ctx)
         names = [e.name for e in expected]

@@ -37,6 +37,7 @@ class SimNpuStage(SimStage):
         from qnn_ci.sim.ep import sim_target
         from qnn_ci.sim.quantize import QuantSettings
         from qnn_ci.sim.samples import inputs_from_data, load_samples
+        from qnn_ci.sim.shared_quantize import shared_quantizer
 
         export = ctx.export
         soc = sim_target(export.target.soc, file=export.manifest, line=export.line,
@@ -46,7 +47,8 @@ class SimNpuStage(SimStage):
         samples = load_samples(Path(cal.artefacts["input_list"]),
                                inputs_from_data(cal.data["inputs"]))
         report = check_htp(model, ctx.workdir, soc, samples,
-                           QuantSettings.from_spec(export.quantization))
+                           QuantSettings.from_spec(export.quantization),
+                           quantizer=shared_quantizer(ctx.env, export.name))
         report_path = ctx.workdir / "sim_npu.json"
         report_path.write_text(json.dumps(report.to_dict(), indent=2), "utf-8")
         p, q = report.prepare, report.quantize
@@ -67,6 +69,8 @@ class SimNpuStage(SimStage):
             "constants_folded": q.constants_folded if q else None,
             "durations": {k: round(v, 3) for k, v in report.durations.items()},
         }
+        if q is not None and q.shared_from:
+            properties["quantization_shared_from"] = q.shared_from
         if p is not None and p.context is not None:
             properties["binary_soc_type"] = p.context.soc_type
             properties["binary_arch"] = p.context.arch

@@ -10,7 +10,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.compare import metric_properties
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.stage import StageContext
 from qnn_ci.stages.sim_common import SimStage
@@ -26,6 +25,7 @@ class SimNumericsStage(SimStage):
 
 
     def run(self, ctx: StageContext) -> StageResult:
+        from qnn_ci.compare import metric_properties
         from qnn_ci.sim.ep import sim_target
         from qnn_ci.sim.numerics import simulate_and_compare
         from qnn_ci.sim.samples import inputs_from_data, load_samples

@@ -88,3 +88,29 @@ def test_native_outputs_over_the_local_transport(library: Path, built: StandinBu
     q = np.fromfile(htp / "feat_map_0_native.raw", np.uint16)
     assert q.size == 4 * 16 * 16 and q.max() > 1000                     # real 16-bit codes
     assert not list((tmp_path / "work").iterdir())
+
+
+def test_board_time_is_opt_in_and_spent_asleep(library: Path, tmp_path: Path) -> None:
+    """make_board(inference_s=...) gives each inference a slot that long on the wall
+    clock, the stand-in's own work inside it and the rest asleep (as a real board's
+    time is the device's, not the host's)."""
+    import resource
+    import time
+
+    board = make_board(tmp_path / "slow", inference_s=0.8)
+    write_samples(tmp_path / "in", 3)
+    lst = tmp_path / "list.txt"
+    lst.write_text("in/x_0.raw\nin/x_1.raw\nin/x_2.raw\n")
+    args = ("--model", str(library), "--backend", str(board / "lib" / "libQnnCpu.so"),
+            "--input_list", str(lst))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    r = _net_run(board, *args, cwd=tmp_path)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert r.returncode == 0, r.stderr
+    assert wall >= 3 * 0.8
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu < 0.6 * wall                       # mostly asleep, not busy
+    fast = make_board(tmp_path / "fast")
+    assert not (fast / "timing.json").exists()    # off by default

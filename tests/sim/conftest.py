@@ -130,3 +130,15 @@ def conv_feeds() -> Callable[[int, int], list[dict[str, np.ndarray]]]:
         return [{"x": (base * rng.uniform(0.5, 1.5) + rng.uniform(-0.2, 0.2)).astype(np.float32)}
                 for _ in range(count)]
     return make
+
+
+@pytest.fixture(scope="session")
+def cls_prepared(cls_pinned: Path, text_lines, tmp_path_factory: pytest.TempPathFactory):
+    """The classifier quantized with 8 rendered lines and prepared for QCS6490, once
+    per session: the real-model tests that only read the prepared context share it."""
+    from qnn_ci.sim.check import check_htp
+    from qnn_ci.sim.ep import sim_target
+    from qnn_ci.sim.quantize import QuantSettings
+
+    return check_htp(cls_pinned, tmp_path_factory.mktemp("cls_prepared"), sim_target("QCS6490"),
+                     text_lines(8), QuantSettings())

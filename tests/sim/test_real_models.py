@@ -22,10 +22,10 @@ pytestmark = needs_sim
 
 
 def test_classifier_prepares_for_qcs6490_and_matches_fp32(cls_pinned: Path, tmp_path: Path,
-                                                          text_lines) -> None:
+                                                          text_lines, cls_prepared) -> None:
     lines = text_lines(10)
     soc = sim_target("QCS6490")
-    report = check_htp(cls_pinned, tmp_path, soc, lines[:8], QuantSettings())
+    report = cls_prepared               # check_htp(cls_pinned, ..., lines[:8]), once a session
     assert report.passed, [f.message for f in report.errors()]
     q, p = report.quantize, report.prepare
     assert q.constants_folded == 308

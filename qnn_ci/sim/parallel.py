@@ -1,0 +1,186 @@
+"""Simulated inferences spread over processes.
+
+The HTP simulator runs one inference on one core for tens of seconds on a
+detector, so ``sim_numerics`` spreads the samples over processes: as many as the
+cores this process may use (``os.sched_getaffinity``), divided by the number of
+pytest-xdist workers sharing them (``PYTEST_XDIST_WORKER_COUNT``), never more than
+the samples; ``QNN_CI_SIM_PROCESSES`` overrides the count. Worker processes are
+started first (``spawn``: onnxruntime's threads do not survive ``fork``), each
+loading the prepared context into its own session, while this process simulates
+from the first sample on; every sample goes to whoever is free first, so samples
+that take milliseconds are all done here before a worker is ready (the workers
+are then stopped). Outputs come back in sample order, the same numbers one session
+gives; workers are killed if the caller is interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qnn_ci.sim.ep import capture_native_output
+from qnn_ci.sim.samples import Feeds, SampleList
+from qnn_ci.tables import SocInfo
+
+log = logging.getLogger(__name__)
+
+Outputs = dict[str, np.ndarray]
+ENV_PROCESSES = "QNN_CI_SIM_PROCESSES"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def sim_processes(samples: int, environ: dict[str, str] | None = None) -> int:
+    """How many simulator processes for ``samples`` samples (see the module text)."""
+    env = os.environ if environ is None else environ
+    asked = env.get(ENV_PROCESSES, "").strip()
+    if asked.isdigit() and int(asked) > 0:
+        return max(1, min(samples, int(asked)))
+    workers = env.get("PYTEST_XDIST_WORKER_COUNT", "").strip()
+    share = int(workers) if workers.isdigit() and int(workers) > 0 else 1
+    return max(1, min(samples, usable_cores() // share))
+
+
+# -- in a worker process ---------------------------------------------------------------
+def _worker(payloads: dict[int, Any], todo: Any, ctx_model: str, soc_name: str,
+            log_dir: str, results: Any) -> None:
+    """Load a session, then simulate the sample indices taken from ``todo`` until a
+    None; put ``(index, outputs, seconds)`` per sample on ``results``, or
+    ``(index, None, error text)``."""
+    from qnn_ci.sim.ep import sim_target
+    from qnn_ci.sim.numerics import htp_session
+
+    log_path = Path(log_dir) / f"sim_run.{os.getpid()}.log"
+    index = -1
+    try:
+        session = htp_session(Path(ctx_model), sim_target(soc_name), log_path)
+        names = [o.name for o in session.get_outputs()]
+        while (index := todo.get()) is not None:
+            payload = payloads[index]
+            feeds = payload[0] if isinstance(payload, SampleList) else payload
+            start = time.monotonic()
+            with capture_native_output(log_path):
+                values = session.run(names, feeds)
+            results.put((index, dict(zip(names, values, strict=True)),
+                         time.monotonic() - start))
+    except Exception as exc:   # sent to the caller, which raises it there
+        results.put((index, None, f"{type(exc).__name__}: {exc}"))
+
+
+def _payload(samples: Sequence[Feeds], i: int) -> Any:
+    return samples[i:i + 1] if isinstance(samples, SampleList) else samples[i]
+
+
+def _merge_logs(log_path: Path) -> None:
+    for part in sorted(log_path.parent.glob("sim_run.*.log")):
+        with log_path.open("ab") as out:
+            out.write(f"\n=== qnn-ci: simulator process {part.stem.split('.')[-1]} ===\n"
+                      .encode())
+            out.write(part.read_bytes())
+        part.unlink()
+
+
+def _gather(procs: list[Any], results: Any, want: set[int], found: dict[int, Outputs],
+            total: int) -> float:
+    """Wait for the workers' samples ``want``; their seconds, summed."""
+    import queue
+
+    seconds = 0.0
+    while not want <= set(found):
+        try:
+            index, outs, s = results.get(timeout=1.0)
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"a simulator process exited with code {dead[0]} "
+                                   "before its samples were done") from None
+            continue
+        if outs is None:
+            raise RuntimeError(f"simulating sample {index + 1} failed: {s}")
+        found[index] = outs
+        seconds += s
+        log.info("simulated sample %d (%d/%d done) in %.1f s, in a worker process", index + 1,
+                 len(found), total, s)
+    return seconds
+
+
+def _run_here(session: Any, samples: Sequence[Feeds], index: int, log_path: Path,
+              found: dict[int, Outputs], total: int) -> float:
+    from qnn_ci.sim.numerics import run_all
+
+    (outs,), s = run_all(session, [samples[index]], log_path=log_path)
+    found[index] = outs
+    log.info("simulated sample %d (%d/%d done) in %.1f s", index + 1, len(found), total, s)
+    return s
+
+
+def simulate_samples(ctx_model: Path, soc: SocInfo, samples: Sequence[Feeds], log_path: Path,
+                     processes: int, *, share_here: bool = True
+                     ) -> tuple[list[Outputs], float]:
+    """The simulated outputs of ``samples`` in order, and the mean seconds per inference.
+
+    With ``processes`` > 1 (and more than one sample), ``processes - 1`` workers are
+    started first, each loading its own session, and every sample goes to whoever is
+    free first: this process (its own session, from the first sample on) or a
+    worker that is ready. Samples that take milliseconds are all done here before a
+    worker is ready; the workers are then stopped. ``share_here`` False leaves the
+    samples to the workers alone (for tests)."""
+    from qnn_ci.sim.numerics import htp_session
+
+    total = len(samples)
+    found: dict[int, Outputs] = {}
+    n = min(processes, total) if share_here else min(processes, total + 1)
+    if n <= 1:
+        if not total:
+            return [], 0.0
+        session = htp_session(ctx_model, soc, log_path)
+        seconds = sum(_run_here(session, samples, i, log_path, found, total)
+                      for i in range(total))
+        return [found[i] for i in range(total)], seconds / total
+    started = time.monotonic()
+    log.info("simulating %d samples in up to %d processes", total, n)
+    mp = multiprocessing.get_context("spawn")
+    results, todo = mp.Queue(), mp.Queue()
+    for i in range(total):                # taken by whoever is free: this process too
+        todo.put(i)
+    for _ in range(n if share_here else n - 1):
+        todo.put(None)                    # one stop per taker: each worker, and this one
+    procs: list[Any] = []
+    seconds = 0.0
+    here = 0
+    try:
+        payloads = {i: _payload(samples, i) for i in range(total)}
+        for k in range(n - 1):
+            proc = mp.Process(target=_worker, name=f"qnn-ci-sim-{k}", daemon=True, args=(
+                payloads, todo, str(ctx_model), soc.name, str(log_path.parent), results))
+            proc.start()
+            procs.append(proc)
+        if share_here:
+            session = htp_session(ctx_model, soc, log_path)
+            while (i := todo.get(timeout=60)) is not None:
+                seconds += _run_here(session, samples, i, log_path, found, total)
+                here += 1
+        seconds += _gather(procs, results, set(range(total)), found, total)
+    finally:   # every sample is in (or this failed): a worker still starting is stopped
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
+        results.close()
+        todo.close()
+        _merge_logs(log_path)
+    log.info("simulated %d samples in %.1f s, %d of them in worker processes", total,
+             time.monotonic() - started, total - here)
+    return [found[i] for i in range(total)], seconds / total

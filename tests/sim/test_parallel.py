@@ -1,0 +1,86 @@
+"""sim_numerics' samples simulated in several processes: the same numbers as one
+session, the process count from the cores and the pytest-xdist workers."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qnn_ci.sim.ep import sim_target
+from qnn_ci.sim.numerics import file_key, simulate_and_compare
+from qnn_ci.sim.parallel import sim_processes, simulate_samples, usable_cores
+from qnn_ci.spec import Thresholds
+from tests.sim.conftest import needs_sim
+
+
+def test_process_count_follows_cores_xdist_workers_and_samples() -> None:
+    cores = usable_cores()
+    assert sim_processes(100, {}) == cores
+    assert sim_processes(1, {}) == 1                                   # never above samples
+    assert sim_processes(100, {"PYTEST_XDIST_WORKER_COUNT": str(cores)}) == 1
+    assert sim_processes(100, {"PYTEST_XDIST_WORKER_COUNT": str(cores * 4)}) == 1
+    assert sim_processes(100, {"PYTEST_XDIST_WORKER_COUNT": "junk"}) == cores
+    assert sim_processes(100, {"QNN_CI_SIM_PROCESSES": "3"}) == 3      # asked for
+    assert sim_processes(2, {"QNN_CI_SIM_PROCESSES": "3"}) == 2
+    assert sim_processes(100, {"QNN_CI_SIM_PROCESSES": "0"}) == cores  # not a count
+
+
+@needs_sim
+def test_parallel_simulation_gives_the_serial_numbers(cls_pinned: Path, cls_prepared,
+                                                      text_lines, tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The PP-OCR classifier on two held-out lines: a worker process with its own
+    session on the prepared context gives byte-identical outputs to one session
+    (``share_here=False``: the worker simulates them all)."""
+    report = cls_prepared
+    soc = sim_target("QCS6490")
+    held = text_lines(10)[8:]
+    ctx_model = report.prepare.ctx_model
+    serial = simulate_and_compare(cls_pinned, report.quantize.model, ctx_model, soc, held,
+                                  Thresholds(), tmp_path / "serial", processes=1)
+    assert serial.passed and serial.samples == 2
+    log_path = tmp_path / "parallel" / "sim_run.log"
+    with caplog.at_level(logging.INFO, logger="qnn_ci.sim.parallel"):
+        outs, per_s = simulate_samples(ctx_model, soc, held, log_path, 2, share_here=False)
+    assert len(outs) == 2 and per_s > 0
+    for i, sample in enumerate(outs):
+        assert sample, i
+        for name, value in sample.items():
+            ref = np.load(serial.sim_dir / f"Result_{i}" / f"{file_key(name)}.npy")
+            assert ref.dtype == value.dtype and np.array_equal(ref, value), (i, name)
+    messages = [r.getMessage() for r in caplog.records]
+    assert "simulating 2 samples in up to 2 processes" in messages
+    done = [m for m in messages if m.startswith("simulated sample ")]
+    assert len(done) == 2 and all(m.endswith("in a worker process") for m in done)
+    assert any(m.endswith("2 of them in worker processes") for m in messages)
+    # The worker logged to its own file, appended to sim_run.log afterwards.
+    text = log_path.read_text(errors="replace")
+    assert text.count("=== qnn-ci: simulator process") == 1
+    assert not list(log_path.parent.glob("sim_run.*.log"))
+
+
+@needs_sim
+def test_this_process_and_a_worker_share_the_samples_and_finish(
+        graphs: dict[str, Path], conv_feeds, tmp_path: Path) -> None:
+    """Both take samples from one queue (whoever is free first); every sample comes
+    back once, in order, with the numbers one session gives, and nobody waits
+    forever for a sample the other took (a worker still starting when this process
+    has done them all is stopped)."""
+    from qnn_ci.sim.check import check_htp
+    from qnn_ci.sim.quantize import QuantSettings
+
+    soc = sim_target("SM8550")
+    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
+    feeds = conv_feeds(12, seed=2)
+    ctx_model = report.prepare.ctx_model
+    one, _ = simulate_samples(ctx_model, soc, feeds, tmp_path / "one" / "sim_run.log", 1)
+    for attempt in range(3):
+        both, _ = simulate_samples(ctx_model, soc, feeds,
+                                   tmp_path / f"both{attempt}" / "sim_run.log", 2)
+        assert len(both) == 12
+        for a, b in zip(one, both, strict=True):
+            assert a.keys() == b.keys()
+            assert all(np.array_equal(a[k], b[k]) for k in a)
