@@ -99,9 +99,17 @@ def _spec_file(spec: ModuleSpec) -> Path | None:
 def _imports(file: Path, module: str) -> list[str]:
     """Absolute module names ``file`` (module ``module``) may import."""
     try:
-        tree = ast.parse(file.read_bytes(), filename=str(file))
-    except (SyntaxError, ValueError, OSError):
+        source = file.read_bytes()
+    except OSError:
+        return []    # the import itself reports an unreadable module
+    try:
+        tree = ast.parse(source, filename=str(file))
+    except (SyntaxError, ValueError):
         return []    # the import itself reports a broken module
+    except SystemError:
+        # CPython 3.11's AST recursion-depth check can misfire in a threaded process
+        # (gh-106905); a second parse answers. Never guess an empty import list.
+        tree = ast.parse(source, filename=str(file))
     is_pkg = file.name == "__init__.py"
     package = module if is_pkg else module.rpartition(".")[0]
     names: list[str] = []
