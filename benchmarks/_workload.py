@@ -52,3 +52,28 @@ def make_workload(folder: Path, exports: int = 100) -> Path:
     manifest = folder / "qnn-ci.yaml"
     manifest.write_text("\n".join(lines) + "\n")
     return manifest
+
+
+# Smooth image-like pages for the PP-OCRv4 detector (shared by the calibration and
+# sharing benchmarks): real-looking structure rather than white noise.
+PAGES_GEN = '''
+import numpy as np
+
+def pages(count):
+    """Smooth image-like fields rather than white noise."""
+    rng = np.random.default_rng(0)
+    for _ in range(count):
+        base = rng.normal(size=(1, 3, 30, 40)).astype(np.float32)
+        yield {"x": np.kron(base, np.ones((1, 1, 16, 16), np.float32))}
+'''
+
+
+def det_model() -> Path:
+    """The PP-OCRv4 detector inside the rapidocr-onnxruntime wheel."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("rapidocr-onnxruntime is not installed: make setup")
+    return Path(next(iter(spec.submodule_search_locations))) / "models/ch_PP-OCRv4_det_infer.onnx"

@@ -23,7 +23,6 @@ wheel (1x3x480x640 in, 1x1x480x640 out: 1.2 MB written per sample).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +30,7 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 from _harness import NOISE_NOTE, goal_line, paired
+from _workload import PAGES_GEN, det_model
 from onnx import TensorProto, helper
 
 from qnn_ci.calibration.input_list import read_input_list
@@ -39,24 +39,6 @@ from qnn_ci.manifest import load_manifest
 from qnn_ci.pipeline import Pipeline
 from qnn_ci.stage import Environment, StageContext
 from qnn_ci.stages.calibration import CalibrationStage
-
-GEN = '''
-import numpy as np
-
-def pages(count):
-    """Smooth image-like fields rather than white noise."""
-    rng = np.random.default_rng(0)
-    for _ in range(count):
-        base = rng.normal(size=(1, 3, 30, 40)).astype(np.float32)
-        yield {"x": np.kron(base, np.ones((1, 1, 16, 16), np.float32))}
-'''
-
-
-def det_model() -> Path:
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("rapidocr-onnxruntime is not installed: make setup")
-    return Path(next(iter(spec.submodule_search_locations))) / "models/ch_PP-OCRv4_det_infer.onnx"
 
 
 def downstream_model(path: Path, in_name: str) -> None:
@@ -79,7 +61,7 @@ def main() -> None:
         .get_outputs()[0].name
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / "gens.py").write_text(GEN)
+        (folder / "gens.py").write_text(PAGES_GEN)
         downstream_model(folder / "down.onnx", "maps")
         (folder / "qnn-ci.yaml").write_text(f"""
 exports:

@@ -31,26 +31,7 @@ import tempfile
 from pathlib import Path
 
 from _harness import NOISE_NOTE, Samples, clean_env, goal_line, run_once, venv_bin
-
-GEN = '''
-import numpy as np
-
-def pages(count):
-    """Smooth image-like fields rather than white noise."""
-    rng = np.random.default_rng(0)
-    for _ in range(count):
-        base = rng.normal(size=(1, 3, 30, 40)).astype(np.float32)
-        yield {"x": np.kron(base, np.ones((1, 1, 16, 16), np.float32))}
-'''
-
-
-def det_model() -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("rapidocr-onnxruntime is not installed: make setup")
-    return Path(next(iter(spec.submodule_search_locations))) / "models/ch_PP-OCRv4_det_infer.onnx"
+from _workload import PAGES_GEN, det_model
 
 
 def shared_stage_s(work: Path, export: str) -> tuple[float, float]:
@@ -79,7 +60,7 @@ def main() -> int:
     det = det_model()
     tmp = Path(tempfile.mkdtemp(prefix="qnn-ci-soc-sharing-"))
     try:
-        (tmp / "gens.py").write_text(GEN)
+        (tmp / "gens.py").write_text(PAGES_GEN)
         exports = "".join(f"""
   - name: det_{x}
     model: {det}

@@ -257,14 +257,7 @@ class AdbTransport(ShellFileOps):
     def _abandon(self, sink: bytearray, argv: list[str], exc: BaseException) -> None:
         """The local wait was interrupted: kill the command's remote process group."""
         pgid = split_pgid(sink.decode("utf-8", "replace"))[0]
-        what = type(exc).__name__
-        if pgid is None:
-            log.warning("board %s: %s interrupted (%s) before it reported its process "
-                        "group; it may still run on the board", self.name, argv[0], what)
-            return
-        log.warning("board %s: %s interrupted (%s): killing remote process group %d",
-                    self.name, argv[0], what, pgid)
-        self._kill_group(pgid)
+        self._kill_interrupted(pgid, argv, exc)
 
     def _run_v2(self, device: AdbDevice, command: str, deadline: float, out: bytearray
                 ) -> tuple[bytes, bytes, int | None]:

@@ -13,6 +13,7 @@ itself. On a timeout the transport kills that whole group over a new channel
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import re
 import shlex
@@ -29,6 +30,8 @@ SMALL_OP_TIMEOUT = 60.0
 PGID_MARKER = "__qnn_ci_pgid="
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MARKER_LINE = re.compile(re.escape(PGID_MARKER) + r"(\d+)\r?\n?")
+
+log = logging.getLogger(__name__)
 
 
 def merged_env(board_env: dict[str, str], env: dict[str, str] | None) -> dict[str, str]:
@@ -101,6 +104,22 @@ class ShellFileOps:
     def run(self, argv: list[str], *, timeout: float, env: dict[str, str] | None = None,
             cwd: str | None = None) -> CommandResult:
         raise NotImplementedError
+
+    def _kill_group(self, pgid: int) -> None:
+        raise NotImplementedError
+
+    def _kill_interrupted(self, pgid: int | None, argv: list[str], exc: BaseException
+                          ) -> None:
+        """The local wait for ``argv`` was interrupted by ``exc``: kill the command's
+        remote process group, or say that it may still run when its id never came."""
+        what = type(exc).__name__
+        if pgid is None:
+            log.warning("board %s: %s interrupted (%s) before it reported its process "
+                        "group; it may still run on the board", self.name, argv[0], what)
+            return
+        log.warning("board %s: %s interrupted (%s): killing remote process group %d",
+                    self.name, argv[0], what, pgid)
+        self._kill_group(pgid)
 
     def _check(self, argv: list[str], what: str) -> None:
         result = self.run(argv, timeout=min(self.board.timeout_s, SMALL_OP_TIMEOUT))

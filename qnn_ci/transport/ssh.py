@@ -306,14 +306,7 @@ class SshTransport(ShellFileOps):
                 pgid = split_pgid(out.decode("utf-8", "replace"))[0]
                 if pgid is None:
                     wait_readable(chan, 0.05)
-        what = type(exc).__name__
-        if pgid is None:
-            log.warning("board %s: %s interrupted (%s) before it reported its process "
-                        "group; it may still run on the board", self.name, argv[0], what)
-            return
-        log.warning("board %s: %s interrupted (%s): killing remote process group %d",
-                    self.name, argv[0], what, pgid)
-        self._kill_group(pgid)
+        self._kill_interrupted(pgid, argv, exc)
 
     def _kill_group(self, pgid: int) -> None:
         """Kill the remote process group over a fresh channel (best effort)."""

@@ -88,7 +88,7 @@ def test_ssh_interrupt_kills_the_remote_group(sshd: SshServer, exc_type: type[Ba
                                               caplog: pytest.LogCaptureFixture) -> None:
     ssh = SshTransport(sshd.board())
     try:
-        with caplog.at_level("WARNING", logger="qnn_ci.transport.ssh"):
+        with caplog.at_level("WARNING", logger="qnn_ci.transport"):
             shell, child = _interrupted_run(ssh, Path(sshd.board().work_root), exc_type)
         # the kill ran before the exception came out: nothing of the command is left
         assert not _alive(shell) and not _alive(child)
