@@ -142,23 +142,26 @@ class ManifestFile(pytest.File):
             return None
 
 
-class ManifestError(pytest.Item):
-    """A manifest that does not load is one failing item with the one-line reason."""
+class _OneLineItem(pytest.Item):
+    """A failing item whose whole report is one line, shown at a line of the manifest."""
 
-    def __init__(self, *, error: UserError, **kw: Any) -> None:
+    text: str
+    at_line: int
+    kind: str
+
+    def _one_line(self, text: str, at_line: int, kind: str,
+                  extra: list[tuple[str, Any]]) -> None:
         from qnn_ci.results import Status
 
-        super().__init__(**kw)
-        self.error = error
+        self.text, self.at_line, self.kind = text, at_line, kind
         self.add_marker("qnn")
         self.user_properties += [
-            ("qnn.export", "(manifest)"), ("qnn.stage", "manifest"),
-            ("qnn.status", Status.ERROR.value), ("qnn.summary", error.oneline()),
-            ("qnn.manifest", str(self.path)), ("qnn.line", error.line or 1),
-            ("qnn.finding", f"[manifest] {error.oneline()}")]
+            ("qnn.export", "(manifest)"), ("qnn.stage", kind),
+            ("qnn.status", Status.ERROR.value), ("qnn.summary", text),
+            ("qnn.manifest", str(self.path)), ("qnn.line", at_line), *extra]
 
     def runtest(self) -> None:
-        raise QnnFailure(self.error.oneline())
+        raise QnnFailure(self.text)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
@@ -167,37 +170,31 @@ class ManifestError(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, (self.error.line or 1) - 1, "manifest"
+        return self.path, self.at_line - 1, self.kind
 
 
-class InternalErrorItem(pytest.Item):
+class ManifestError(_OneLineItem):
+    """A manifest that does not load is one failing item with the one-line reason."""
+
+    def __init__(self, *, error: UserError, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.error = error
+        self._one_line(error.oneline(), error.line or 1, "manifest",
+                       [("qnn.finding", f"[manifest] {error.oneline()}")])
+
+
+class InternalErrorItem(_OneLineItem):
     """qnn-ci crashed on a manifest (a bug, not bad input): one failing item with a
     one-line pointer to the traceback's log file; the session exits 3."""
 
     def __init__(self, *, error: Exception, log: Path | None, **kw: Any) -> None:
         from qnn_ci.internal_error import oneline
-        from qnn_ci.results import Status
 
         super().__init__(**kw)
         self.line = oneline("qnn-ci", error, log)
-        self.add_marker("qnn")
-        self.user_properties += [
-            ("qnn.export", "(manifest)"), ("qnn.stage", "internal-error"),
-            ("qnn.status", Status.ERROR.value), ("qnn.summary", self.line),
-            ("qnn.manifest", str(self.path)), ("qnn.line", 1),
-            ("qnn.internal_error", str(log or "")), ("qnn.finding", f"[internal] {self.line}")]
-
-    def runtest(self) -> None:
-        raise QnnFailure(self.line)
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> str:
-        if isinstance(excinfo.value, QnnFailure):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
-
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, 0, "internal-error"
+        self._one_line(self.line, 1, "internal-error",
+                       [("qnn.internal_error", str(log or "")),
+                        ("qnn.finding", f"[internal] {self.line}")])
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -41,3 +41,19 @@ def two_input_model(path: Path) -> Path:
     model.ir_version = 8
     onnx.save(model, path)
     return path
+
+
+# A calibration generator of real-looking floats for a [1, 8] input; with GEN_SLEEP set
+# to a file path, it writes that file at sample 2 and then blocks (to interrupt a run).
+FLOATS_GEN = '''
+import os, time
+import numpy as np
+
+def floats(count):
+    rng = np.random.default_rng(3)
+    for i in range(count):
+        if os.environ.get("GEN_SLEEP") and i == 2:
+            open(os.environ["GEN_SLEEP"], "w").write("sleeping")
+            time.sleep(120)
+        yield {"x": rng.normal(size=(1, 8)).astype(np.float32)}
+'''

@@ -22,25 +22,12 @@ import pytest
 
 from fixtures.qairt_standin import make_esdk, make_sdk
 from qnn_ci import interrupts
-from tests.core.graphs import scale_model
-
-GEN = '''
-import os, time
-import numpy as np
-
-def floats(count):
-    rng = np.random.default_rng(3)
-    for i in range(count):
-        if os.environ.get("GEN_SLEEP") and i == 2:
-            open(os.environ["GEN_SLEEP"], "w").write("sleeping")
-            time.sleep(120)
-        yield {"x": rng.normal(size=(1, 8)).astype(np.float32)}
-'''
+from tests.core.graphs import FLOATS_GEN, scale_model
 
 
 def project(tmp_path: Path) -> Path:
     scale_model(tmp_path / "m.onnx", dims=["N", 8])
-    (tmp_path / "gens.py").write_text(GEN)
+    (tmp_path / "gens.py").write_text(FLOATS_GEN)
     p = tmp_path / "qnn-ci.yaml"
     p.write_text(textwrap.dedent("""
         defaults:

@@ -13,25 +13,12 @@ import pytest
 
 from fixtures.qairt_standin import make_esdk, make_sdk
 from qnn_ci.cli import main
-from tests.core.graphs import scale_model
-
-GEN = '''
-import os, time
-import numpy as np
-
-def floats(count):
-    rng = np.random.default_rng(3)
-    for i in range(count):
-        if os.environ.get("GEN_SLEEP") and i == 2:
-            open(os.environ["GEN_SLEEP"], "w").write("sleeping")
-            time.sleep(60)
-        yield {"x": rng.normal(size=(1, 8)).astype(np.float32)}
-'''
+from tests.core.graphs import FLOATS_GEN, scale_model
 
 
 def project(tmp_path: Path, extra: str = "") -> Path:
     scale_model(tmp_path / "m.onnx", dims=["N", 8])
-    (tmp_path / "gens.py").write_text(GEN)
+    (tmp_path / "gens.py").write_text(FLOATS_GEN)
     p = tmp_path / "qnn-ci.yaml"
     p.write_text(textwrap.dedent(f"""
         defaults:
@@ -106,7 +93,7 @@ def test_refused_setting_and_missing_manifest_exit_2(tmp_path: Path, sdk_env: Pa
 def chain(tmp_path: Path) -> Path:
     scale_model(tmp_path / "up.onnx", dims=["N", 8], scale=3.0)
     scale_model(tmp_path / "down.onnx", in_name="feat", out_name="out", dims=[1, 8])
-    (tmp_path / "gens.py").write_text(GEN)
+    (tmp_path / "gens.py").write_text(FLOATS_GEN)
     p = tmp_path / "qnn-ci.yaml"
     p.write_text(textwrap.dedent("""
         exports:
@@ -203,7 +190,7 @@ def test_edits_rerun_only_the_stages_they_affect(tmp_path: Path, sdk_env: Path,
     assert all(statuses().values())
     # A comment in the generator re-runs calibration; its output is byte-identical,
     # so nothing downstream re-runs.
-    (tmp_path / "gens.py").write_text(GEN + "\n# a comment\n")
+    (tmp_path / "gens.py").write_text(FLOATS_GEN + "\n# a comment\n")
     cached = statuses()
     assert not cached["calibration"]
     assert cached["convert"] and cached["model_lib"] and cached["contract"]
