@@ -28,9 +28,12 @@ from qnn_ci.defaults import MANIFEST_NAMES
 from qnn_ci.errors import UserError
 from qnn_ci.memo import Memo, code_digest, memo_key, package_sources
 from qnn_ci.spec import (
+    DEFAULT_ORIGINAL_COSINE,
     CalibrationSpec,
+    DiagnosisSpec,
     ExportSpec,
     InputSpec,
+    OriginalSpec,
     QuantizationSpec,
     SdkSpec,
     SimSpec,
@@ -440,7 +443,8 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
         inputs[in_name] = InputSpec(
             name=in_name,
             shape=tuple(spec["shape"]) if spec.get("shape") is not None else None,
-            dtype=spec.get("dtype"), encoding=spec.get("encoding"), value=spec.get("value"))
+            dtype=spec.get("dtype"), encoding=spec.get("encoding"), value=spec.get("value"),
+            state=bool(spec.get("state", False)))
 
     try:
         sig = _model_signature(ctx, model)
@@ -542,13 +546,32 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
                                     "ESDK env script"),
                   timeout_s=float(s.get("timeout", SdkSpec.timeout_s)))
     sim = SimSpec(samples=(raw.get("sim") or {}).get("samples", SimSpec.samples))
+    dg = raw.get("diagnosis") or {}
+    diagnosis = DiagnosisSpec(enabled=dg.get("enabled", True),
+                              budget_s=float(dg.get("budget_s", DiagnosisSpec.budget_s)),
+                              advisor=dg.get("advisor", True))
+    original = _original(ctx, kp, raw.get("original"))
     return ExportSpec(
         name=name, model=model, manifest=ctx.path,
         line=line_of(ctx.lines, kp) or 1, inputs=inputs, opset=raw.get("opset"),
         calibration=calibration, quantization=quantization, target=target,
         thresholds=Thresholds(default=default, per_output=per_output),
         board=raw.get("board"), native_outputs=bool(raw.get("native_outputs", False)),
-        sdk=sdk, sim=sim, raw=raw)
+        sdk=sdk, sim=sim, diagnosis=diagnosis, original=original, raw=raw)
+
+
+def _original(ctx: _Ctx, kp: KeyPath, value: Any) -> OriginalSpec | None:
+    """``original: PATH`` or ``original: {model: PATH, cosine: 0.999999}``."""
+    if value is None:
+        return None
+    key = (*kp, "original") if isinstance(value, str) else (*kp, "original", "model")
+    path = _resolve(ctx, key, value if isinstance(value, str) else value["model"],
+                    "original model")
+    assert path is not None
+    _check_file(ctx, key, path, "original model")
+    cosine = DEFAULT_ORIGINAL_COSINE if isinstance(value, str) else float(
+        value.get("cosine", DEFAULT_ORIGINAL_COSINE))
+    return OriginalSpec(model=path, cosine=cosine)
 
 
 def _check_from_chains(ctx: _Ctx, exports: list[ExportSpec]) -> None:

@@ -21,6 +21,7 @@ class InputSpec:
     encoding: str | None = None            # "other" keeps the input unquantized
     value: Any = None                      # a fixed value (a sample rate, a flag) for the
     #                                        inputs qnn-ci makes itself (shape checks)
+    state: bool = False                    # a recurrent state input (zeros are legitimate)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,24 @@ class SimSpec:
 
 
 @dataclass(frozen=True)
+class DiagnosisSpec:
+    enabled: bool = True                   # diagnose a failing sim_numerics / htp_vs_cpu
+    budget_s: float = 600.0                # the recipe advisor's time budget
+    advisor: bool = True                   # try remedies within the budget
+
+
+DEFAULT_ORIGINAL_COSINE = 0.999999
+
+
+@dataclass(frozen=True)
+class OriginalSpec:
+    """The framework export before graph surgery (manifest ``original:``)."""
+
+    model: Path
+    cosine: float = DEFAULT_ORIGINAL_COSINE
+
+
+@dataclass(frozen=True)
 class Thresholds:
     """metric -> bound. Higher-is-better metrics (cosine, snr, psnr) are minimums;
     error metrics (max_abs, mean_abs) are maximums."""
@@ -95,6 +114,8 @@ class ExportSpec:
     native_outputs: bool = False           # qnn-net-run --use_native_output_files on the board
     sdk: SdkSpec = field(default_factory=SdkSpec)
     sim: SimSpec = field(default_factory=SimSpec)
+    diagnosis: DiagnosisSpec = field(default_factory=DiagnosisSpec)
+    original: OriginalSpec | None = None
     raw: dict[str, Any] = field(default_factory=dict)  # the merged YAML mapping, for hashing
 
     def pinned_dims(self) -> dict[str, tuple[int, ...]]:

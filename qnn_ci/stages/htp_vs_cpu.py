@@ -48,7 +48,7 @@ class HtpVsCpuStage(Stage):
     name = "htp_vs_cpu"
     needs = ("so_load", "calibration", "static_shapes", "convert")
     marker = "qnn_board"
-    settings = ("board", "thresholds", "target", "native_outputs")
+    settings = ("board", "thresholds", "target", "native_outputs", "diagnosis")
     cache_failures = False
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 class SimNumericsStage(SimStage):
     name = "sim_numerics"
-    settings = ("target", "thresholds", "sim")
+    settings = ("target", "thresholds", "sim", "diagnosis")
     needs = ("sim_npu", "calibration")
     version = 1
 

@@ -1,0 +1,185 @@
+"""The diagnosis result types every diagnosis path fills in (simulator/QDQ path,
+board ``--debug`` path) and every shell reads (CLI text and JSON, JUnit
+properties ``qnn.diagnosis.*``, the job summary, the pytest failure text).
+
+No numpy here: these are plain values, JSON-able through ``to_dict``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# attribution values (stable, documented in docs/diagnosis.md)
+QUANTIZATION = "quantization"   # the QDQ model on CPU is already as bad as the HTP
+HTP = "htp"                     # the QDQ model on CPU is fine; the HTP is not
+BOTH = "both"                   # quantization loses, and the HTP loses clearly more
+NONE = "none"                   # nothing failed (or nothing measurable)
+ATTRIBUTIONS = (QUANTIZATION, HTP, BOTH, NONE)
+
+
+def _num(value: float | None) -> float | str | None:
+    """JSON-safe float: NaN/inf as strings, rounded to 6 significant digits."""
+    if value is None:
+        return None
+    v = float(value)
+    if not math.isfinite(v):
+        return str(v)
+    return float(f"{v:.6g}")
+
+
+@dataclass
+class LayerMetrics:
+    """One intermediate tensor, reference (fp32) vs test (quantized / HTP), over
+    the diagnosed samples (the worst sample's value for each metric)."""
+
+    index: int                          # position in topological order (0 = first)
+    tensor: str                         # ONNX tensor name
+    node: str                           # producing node's name (or "op#index" if unnamed)
+    op_type: str
+    cosine: float | None = None
+    snr_db: float | None = None
+    max_abs: float | None = None
+    channel_axis: int | None = None     # None: no channel axis (scalar / 1-D)
+    worst_channel: int | None = None
+    worst_channel_cosine: float | None = None
+    crosses: bool = False               # crosses the export's bound
+    jump: float | None = None           # how much the error grows at this node:
+    #                                     worst input's cosine - this tensor's cosine
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("cosine", "snr_db", "max_abs", "worst_channel_cosine", "jump"):
+            d[k] = _num(d[k])
+        return d
+
+
+@dataclass
+class FirstDivergence:
+    tensor: str
+    node: str
+    op_type: str
+    index: int
+    metric: str                          # the metric that crossed, e.g. "cosine"
+    value: float | None                  # its value there
+    bound: float | None                  # the bound it crossed
+    cosine: float | None = None
+    worst_channel: int | None = None
+    worst_channel_cosine: float | None = None
+    snr_db: float | None = None
+    max_abs: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("value", "bound", "cosine", "worst_channel_cosine", "snr_db", "max_abs"):
+            d[k] = _num(d[k])
+        return d
+
+
+@dataclass
+class Recipe:
+    """One remedy tried by the advisor, measured."""
+
+    name: str                            # e.g. "per_channel"
+    settings: dict[str, Any]             # manifest keys, dotted: {"quantization.per_channel": True}
+    flags: list[str]                     # the converter flags it means
+    worst: dict[str, float | None]       # worst metric values measured (e.g. {"cosine": 0.987})
+    passes: bool                         # within the export's bounds
+    baseline: dict[str, float | None] = field(default_factory=dict)  # the same metrics
+    #                                      with the export's own settings (before)
+    measured_on: str = "qdq-cpu"         # "qdq-cpu" | "simulator"
+    qdq_worst: dict[str, float | None] = field(default_factory=dict)  # QDQ on CPU, when
+    #                                      the headline number is the simulator's
+    duration_s: float = 0.0
+    note: str = ""                       # e.g. why a recipe was skipped
+    files: dict[str, str] = field(default_factory=dict)   # e.g. an overrides file written
+    yaml: str = ""                       # manifest YAML to paste
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["worst"] = {k: _num(v) for k, v in self.worst.items()}
+        d["qdq_worst"] = {k: _num(v) for k, v in self.qdq_worst.items()}
+        d["baseline"] = {k: _num(v) for k, v in self.baseline.items()}
+        d["duration_s"] = round(self.duration_s, 3)
+        return d
+
+
+@dataclass
+class Diagnosis:
+    attribution: str                                     # one of ATTRIBUTIONS
+    detail: str = ""                                     # one line: the numbers behind it
+    path: str = ""                                       # "qdq-cpu" | "sim-bisection" |
+    #                                                      "board-debug" | "none"
+    first_divergence: FirstDivergence | None = None
+    layers: list[LayerMetrics] = field(default_factory=list)
+    worst_jumps: list[LayerMetrics] = field(default_factory=list)
+    recipes: list[Recipe] = field(default_factory=list)  # best first
+    cost: dict[str, float] = field(default_factory=dict)  # seconds per phase, counts
+    artefacts: dict[str, str] = field(default_factory=dict)  # name -> path (csv, json, png)
+    notes: list[str] = field(default_factory=list)
+
+    def headline(self) -> str:
+        """One line for the failure text: where the error enters and what fixes it."""
+        parts = [f"diagnosis: {self.attribution} loss" if self.attribution != NONE
+                 else "diagnosis: no loss found"]
+        if self.detail:
+            parts[0] += f" ({self.detail})"
+        fd = self.first_divergence
+        if fd is not None:
+            parts.append(f"first divergence at {fd.tensor!r} ({fd.op_type} {fd.node!r}): "
+                         f"{fd.metric} {_num(fd.value)} vs bound {_num(fd.bound)}"
+                         + (f", worst channel {fd.worst_channel} cosine "
+                            f"{_num(fd.worst_channel_cosine)}"
+                            if fd.worst_channel is not None else ""))
+        best = next((r for r in self.recipes if r.passes), None)
+        if best is not None:
+            parts.append(f"fix: {recipe_line(best)}")
+        return "; ".join(parts)
+
+    def properties(self) -> dict[str, Any]:
+        """JUnit properties (the reporter adds the ``qnn.`` prefix)."""
+        p: dict[str, Any] = {"diagnosis.attribution": self.attribution,
+                             "diagnosis.path": self.path}
+        fd = self.first_divergence
+        if fd is not None:
+            p |= {"diagnosis.first_divergence.tensor": fd.tensor,
+                  "diagnosis.first_divergence.node": fd.node,
+                  "diagnosis.first_divergence.op_type": fd.op_type,
+                  "diagnosis.first_divergence.metric": fd.metric,
+                  "diagnosis.first_divergence.value": _num(fd.value)}
+        for i, r in enumerate(self.recipes[:5]):
+            p[f"diagnosis.recipe.{i}"] = recipe_line(r)
+        for name, path in self.artefacts.items():
+            p[f"diagnosis.artefact.{name}"] = path
+        for name, value in self.cost.items():
+            p[f"diagnosis.cost.{name}"] = _num(value)
+        return p
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attribution": self.attribution, "detail": self.detail, "path": self.path,
+                "first_divergence": (self.first_divergence.to_dict()
+                                     if self.first_divergence else None),
+                "layers": [m.to_dict() for m in self.layers],
+                "worst_jumps": [m.to_dict() for m in self.worst_jumps],
+                "recipes": [r.to_dict() for r in self.recipes],
+                "cost": {k: _num(v) for k, v in self.cost.items()},
+                "artefacts": dict(self.artefacts), "notes": list(self.notes)}
+
+
+def recipe_line(r: Recipe) -> str:
+    """``per_channel: true → worst cosine 0.987 (QDQ on CPU 0.994) — passes``."""
+    keys = ", ".join(f"{k.split('.')[-1]}: {_yaml_scalar(v)}" for k, v in r.settings.items())
+    worst = ", ".join(f"worst {m} " + (f"{_num(r.baseline[m])} → " if m in r.baseline else "")
+                      + f"{_num(v)}" for m, v in r.worst.items())
+    qdq = ""
+    if r.qdq_worst and r.measured_on != "qdq-cpu":
+        qdq = " (QDQ on CPU " + ", ".join(str(_num(v)) for v in r.qdq_worst.values()) + ")"
+    verdict = "passes" if r.passes else "still fails"
+    return f"{keys or r.name} → {worst}{qdq} — {verdict}"
+
+
+def _yaml_scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
