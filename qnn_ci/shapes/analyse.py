@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from qnn_ci.results import Finding, Severity
 from qnn_ci.shapes import fill as fill_mod
@@ -78,21 +80,39 @@ def _reference(model_path: Path, feeds: dict[str, np.ndarray]
                       f"{verify.ort_reason(exc)}; pass feeds with valid values")
 
 
+def _opener(model: onnx.ModelProto, label: str, scratch: Scratch, saved: Path | None
+            ) -> Callable[[bool], ort.InferenceSession]:
+    """Opens ``model`` in onnxruntime: from ``saved`` (the written output model) when
+    given, else saved once into the scratch folder and reopened from there."""
+    path: list[Path] = [saved] if saved is not None else []
+
+    def open_model(optimize: bool) -> ort.InferenceSession:
+        if not path:
+            path.append(scratch.save(model, label.replace(" ", "_")))
+        external = None if saved is not None or not scratch.external else scratch.source.parent
+        return open_session(path[0], optimize=optimize, external_dir=external)
+    return open_model
+
+
 def _check(model: onnx.ModelProto, label: str, scratch: Scratch,
            reference: dict[str, np.ndarray] | None, feeds: dict[str, np.ndarray] | None,
-           why_not: str | None) -> EquivalenceCheck:
+           why_not: str | None, saved: Path | None = None) -> EquivalenceCheck:
+    opener = _opener(model, label, scratch, saved)
     if reference is None or feeds is None:
         # No comparison possible, but a pinned model that does not even load is a
         # failure whatever the inputs (Silero VAD's `If` is the known case).
-        broken = verify.load_failure(
-            lambda optimize: scratch.session(model, label.replace(" ", "_"),
-                                             optimize=optimize), label)
+        broken = verify.load_failure(opener, label)
         if broken is not None:
             return EquivalenceCheck(label, False, broken)
         return EquivalenceCheck(label, None, why_not)
-    return verify.check(
-        lambda optimize: scratch.session(model, label.replace(" ", "_"), optimize=optimize),
-        reference, feeds, label)
+    return verify.check(opener, reference, feeds, label)
+
+
+def _write(model: onnx.ModelProto, out_path: Path | None, source: Path) -> Path | None:
+    if out_path is None:
+        return None
+    write_model(model, Path(out_path), source=source)
+    return Path(out_path)
 
 
 def _group_skips(skipped: list[tuple[str, str]]) -> list[Finding]:
@@ -198,8 +218,12 @@ def analyse_and_pin(model_path: Path, dims: dict[str, tuple[int, ...]], *,
             model, warnings = _fill(model, listing, run_feeds, why_not, scratch, report)
             report.inference_warnings += [w for w in warnings
                                           if w not in report.inference_warnings]
+        # Without an opset conversion the pinned model is the output: write it once and
+        # check that very file (one save, one session).
+        written = _write(model, out_path, model_path) if opset is None else None
         report.equivalence.append(_check(model, "pinned", scratch, reference, run_feeds,
-                                         why_not))
+                                         why_not, written))
+        final_written = written is not None
         if opset is not None:
             report.opset_from = opset_mod.default_opset(model)
             report.opset_to = opset
@@ -218,8 +242,10 @@ def analyse_and_pin(model_path: Path, dims: dict[str, tuple[int, ...]], *,
                 again = list_tensors(model)
                 if fill and (again.dynamic or again.unshaped):
                     model, _ = _fill(model, again, run_feeds, why_not, scratch, report)
+                written = _write(model, out_path, model_path)
+                final_written = written is not None
                 report.equivalence.append(_check(model, f"opset {opset}", scratch, reference,
-                                                 run_feeds, why_not))
+                                                 run_feeds, why_not, written))
 
     final = list_tensors(model)
     report.counts = final.counts()
@@ -233,7 +259,8 @@ def analyse_and_pin(model_path: Path, dims: dict[str, tuple[int, ...]], *,
     open_names = {t.name for t in (*final.dynamic, *final.unshaped)}
     report.fill_skipped = [s for s in report.fill_skipped if s[0] in open_names]
     if out_path is not None:
-        write_model(model, Path(out_path), source=model_path)
+        if not final_written:
+            write_model(model, Path(out_path), source=model_path)
         report.output_model = str(out_path)
     report.findings = _findings(report, final, model, key_format, set(dims))
     log.info("%s: %s", model_path.name, report.summary())

@@ -144,16 +144,21 @@ def _loads_unoptimized(open_pinned: Callable[[bool], ort.InferenceSession]) -> b
     return True
 
 
+def _open_failure(open_pinned: Callable[[bool], ort.InferenceSession], label: str,
+                  exc: BaseException) -> str:
+    reason = f"the {label} model does not load in onnxruntime: {ort_reason(exc)}"
+    if _loads_unoptimized(open_pinned):
+        reason += " (it loads only with graph optimizations disabled)"
+    log.warning("%s", reason)
+    return reason
+
+
 def load_failure(open_pinned: Callable[[bool], ort.InferenceSession], label: str) -> str | None:
     """Why the pinned model does not load in onnxruntime, or None when it loads."""
     try:
         session = open_pinned(True)
     except Exception as exc:  # onnxruntime raises Fail/InvalidGraph/...
-        reason = f"the {label} model does not load in onnxruntime: {ort_reason(exc)}"
-        if _loads_unoptimized(open_pinned):
-            reason += " (it loads only with graph optimizations disabled)"
-        log.warning("%s", reason)
-        return reason
+        return _open_failure(open_pinned, label, exc)
     del session
     return None
 
@@ -161,11 +166,12 @@ def load_failure(open_pinned: Callable[[bool], ort.InferenceSession], label: str
 def check(open_pinned: Callable[[bool], ort.InferenceSession], reference: dict[str, np.ndarray],
           feeds: dict[str, np.ndarray], label: str) -> EquivalenceCheck:
     """Load the pinned model (``open_pinned(optimize)``) with onnxruntime's default
-    graph optimizations, run it on ``feeds`` and compare with ``reference``."""
-    broken = load_failure(open_pinned, label)
-    if broken is not None:
-        return EquivalenceCheck(label, False, broken)
-    session = open_pinned(True)
+    graph optimizations, run it on ``feeds`` and compare with ``reference``. The
+    model is opened once (a second, unoptimized open only to explain a failure)."""
+    try:
+        session = open_pinned(True)
+    except Exception as exc:  # onnxruntime raises Fail/InvalidGraph/...
+        return EquivalenceCheck(label, False, _open_failure(open_pinned, label, exc))
     try:
         got = run(session, feeds)
     except Exception as exc:
