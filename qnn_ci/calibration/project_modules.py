@@ -225,12 +225,56 @@ def _version(dist: str) -> str | None:
         return None
 
 
+@functools.cache
+def _dists_of(top: str) -> tuple[str, ...]:
+    """The distributions providing top-level module ``top``. The usual case — a
+    distribution named like its module that says so in ``top_level.txt`` — costs one
+    lookup; then every distribution's ``top_level.txt`` is read (a few ms); only a
+    module no such file names pays for listing every installed file (~60-80 ms)."""
+    for name in {top, top.replace("_", "-")}:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except (importlib.metadata.PackageNotFoundError, ValueError):
+            continue
+        try:
+            declared = (dist.read_text("top_level.txt") or "").split()
+        except OSError:
+            declared = []
+        if not declared:    # no top_level.txt (meson/flit wheels): the installed files
+            declared = list({str(f).split("/", 1)[0].removesuffix(".py")
+                             for f in (dist.files or [])})
+        if top in declared:
+            return (dist.metadata["Name"] or name,)
+    declared_by = _top_level_index().get(top)
+    if declared_by:
+        return tuple(d.metadata["Name"] for d in declared_by if d.metadata["Name"])
+    return tuple(_distributions().get(top, []))
+
+
+@functools.cache
+def _top_level_index() -> dict[str, list[importlib.metadata.Distribution]]:
+    """Top-level module -> the distributions whose ``top_level.txt`` names it (a few
+    ms; distributions without that file are left to ``_distributions``)."""
+    index: dict[str, list[importlib.metadata.Distribution]] = {}
+    try:
+        for dist in importlib.metadata.distributions():
+            try:
+                text = dist.read_text("top_level.txt") or ""
+            except OSError:
+                continue
+            for top in text.split():
+                index.setdefault(top, []).append(dist)
+    except Exception:   # broken metadata of some installed package
+        log.debug("cannot read top_level.txt files", exc_info=True)
+    return index
+
+
 def package_versions(top_level: tuple[str, ...]) -> dict[str, str]:
     """``{distribution: version}`` for the third-party top-level modules (installed
     versions are read once per process)."""
     out: dict[str, str] = {}
     for top in top_level:
-        for dist in _distributions().get(top, []):
+        for dist in _dists_of(top):
             version = _version(dist)
             if version is not None:
                 out[dist] = version
