@@ -33,6 +33,7 @@ from qnn_ci.pipeline import STAGE_ORDER, Pipeline, export_settings, load_stages
 from qnn_ci.results import StageResult, Status
 from qnn_ci.spec import (
     CalibrationSpec,
+    DiagnosisSpec,
     ExportSpec,
     InputSpec,
     QuantizationSpec,
@@ -244,6 +245,9 @@ MUTATIONS = [
     Mutation("sim.samples 1 -> 2", "sim",
              lambda w: replace(w.export, sim=SimSpec(samples=2)), frozenset({U}),
              frozenset({U})),
+    Mutation("diagnosis.budget_s 600 -> 60", "diagnosis",
+             lambda w: replace(w.export, diagnosis=DiagnosisSpec(budget_s=60.0)),
+             frozenset({U, H}), frozenset({U, H})),
     Mutation("sdk.timeout_s 3600 -> 3000", "sdk",
              lambda w: replace(w.export, sdk=replace(w.export.sdk, timeout_s=3000.0)),
              frozenset({D, V, L}), frozenset({D, V, L})),
