@@ -1,0 +1,166 @@
+"""Changed-only selection against a real git repository: every input kind selects
+its export with a reason, `from:` chains propagate, a missing REF is one line."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qnn_ci.changed import select
+from qnn_ci.errors import UserError
+from qnn_ci.manifest import load_manifest
+from tests.core.graphs import scale_model
+
+HELPER = "SEED = 1\n"
+GEN = '''
+import numpy as np
+from helper import SEED
+
+def samples(count):
+    rng = np.random.default_rng(SEED)
+    for _ in range(count):
+        yield {"x": rng.normal(size=(1, 4)).astype(np.float32)}
+'''
+MANIFEST = """\
+defaults:
+  quantization: {act_bitwidth: 16}
+exports:
+  - name: gen
+    model: a.onnx
+    inputs: {x: {shape: [1, 4]}}
+    calibration: {generator: 'gens:samples', samples: 2}
+  - name: listed
+    model: b.onnx
+    inputs: {x: {shape: [1, 4]}}
+    calibration: {input_list: data/list.txt}
+  - name: down
+    model: c.onnx
+    inputs: {y: {shape: [1, 4]}}
+    calibration: {from: {export: gen, outputs: {y: y}}}
+  - name: quiet
+    model: d.onnx
+    inputs: {x: {shape: [1, 4]}}
+    calibration: {generator: 'other:samples', samples: 2}
+"""
+OTHER = '''
+import numpy as np
+
+def samples(count):
+    for i in range(count):
+        yield {"x": np.full((1, 4), i, np.float32)}
+'''
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    (r / "data").mkdir(parents=True)
+    git(r, "init", "-q", "-b", "main")
+    git(r, "config", "user.email", "ci@example.com")
+    git(r, "config", "user.name", "ci")
+    for name in "abd":
+        scale_model(r / f"{name}.onnx")
+    scale_model(r / "c.onnx", in_name="y", out_name="z")
+    (r / "gens.py").write_text(GEN)
+    (r / "helper.py").write_text(HELPER)
+    (r / "other.py").write_text(OTHER)
+    for i in range(2):
+        np.ones((1, 4), np.float32).tofile(r / "data" / f"x{i}.raw")
+    (r / "data" / "list.txt").write_text("".join(f"x:={r}/data/x{i}.raw\n" for i in range(2)))
+    (r / "qnn-ci.yaml").write_text(MANIFEST)
+    git(r, "add", "-A")
+    git(r, "commit", "-qm", "base")
+    return r
+
+
+def _select(repo: Path, ref: str = "HEAD") -> dict[str, list[str]]:
+    manifest = load_manifest(repo / "qnn-ci.yaml")
+    return select(repo / "qnn-ci.yaml", manifest.exports, None, ref).selected
+
+
+def test_nothing_changed_selects_nothing(repo: Path) -> None:
+    manifest = load_manifest(repo / "qnn-ci.yaml")
+    sel = select(repo / "qnn-ci.yaml", manifest.exports, None, "HEAD")
+    assert sel.selected == {}
+    assert set(sel.deselected) == {"gen", "listed", "down", "quiet"}
+    assert all(why.startswith("no input changed") for why in sel.deselected.values())
+
+
+def test_helper_module_selects_generator_export_and_its_downstream(repo: Path) -> None:
+    (repo / "helper.py").write_text("SEED = 2\n")
+    got = _select(repo)
+    assert got == {"gen": ["generator module helper changed"],
+                   "down": ["upstream export 'gen' selected"]}
+
+
+def test_model_change_is_named(repo: Path) -> None:
+    scale_model(repo / "b.onnx", scale=3.0)
+    assert _select(repo) == {"listed": ["model changed"]}
+
+
+def test_raw_file_named_by_the_input_list(repo: Path) -> None:
+    np.zeros((1, 4), np.float32).tofile(repo / "data" / "x1.raw")
+    assert _select(repo) == {"listed": ["calibration input list changed"]}
+
+
+def test_defaults_change_names_defaults_for_every_inheritor(repo: Path) -> None:
+    text = (repo / "qnn-ci.yaml").read_text().replace("act_bitwidth: 16", "act_bitwidth: 8")
+    (repo / "qnn-ci.yaml").write_text(text)
+    got = _select(repo)
+    assert set(got) == {"gen", "listed", "down", "quiet"}
+    assert got["listed"] == ["defaults.quantization changed"]
+
+
+def test_own_entry_change_and_new_export(repo: Path) -> None:
+    text = (repo / "qnn-ci.yaml").read_text().replace(
+        "    model: d.onnx\n", "    model: d.onnx\n    target: {soc: QCS6490}\n")
+    text += "  - name: fresh\n    model: a.onnx\n    calibration: {generator: 'other:samples'}\n"
+    (repo / "qnn-ci.yaml").write_text(text)
+    got = _select(repo)
+    assert got == {"quiet": ["target changed"], "fresh": ["new export"]}
+
+
+def test_committed_change_against_an_older_ref(repo: Path) -> None:
+    (repo / "other.py").write_text(OTHER.replace("i,", "i + 1,"))
+    git(repo, "commit", "-qam", "tweak other")
+    assert _select(repo, "HEAD") == {}
+    assert _select(repo, "HEAD~1") == {"quiet": ["generator module other changed"]}
+
+
+def test_untracked_depends_file(repo: Path) -> None:
+    text = (repo / "qnn-ci.yaml").read_text().replace(
+        "{generator: 'other:samples', samples: 2}",
+        "{generator: 'other:samples', samples: 2, depends: ['data/*.bin']}")
+    (repo / "qnn-ci.yaml").write_text(text)
+    (repo / "data" / "w.bin").write_bytes(b"1")
+    git(repo, "commit", "-qam", "depends")
+    (repo / "data" / "v.bin").write_bytes(b"2")          # new, untracked
+    assert _select(repo) == {"quiet": ["calibration.depends file changed"]}
+
+
+def test_missing_ref_is_one_line(repo: Path) -> None:
+    with pytest.raises(UserError) as err:
+        _select(repo, "no-such-branch")
+    assert "\n" not in str(err.value) and "no-such-branch" in str(err.value)
+
+
+def test_option_like_ref_is_refused(repo: Path) -> None:
+    with pytest.raises(UserError):
+        _select(repo, "--output=/tmp/x")
+
+
+def test_not_a_repository(tmp_path: Path) -> None:
+    scale_model(tmp_path / "a.onnx")
+    (tmp_path / "qnn-ci.yaml").write_text("exports:\n  - name: a\n    model: a.onnx\n")
+    manifest = load_manifest(tmp_path / "qnn-ci.yaml")
+    with pytest.raises(UserError) as err:
+        select(tmp_path / "qnn-ci.yaml", manifest.exports, None, "HEAD")
+    assert "git repository" in str(err.value)
