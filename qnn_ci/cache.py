@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.relocate import Roots, detokenize, rewrite_files, tokenize
 from qnn_ci.results import StageResult
 
 # A file whose mtime is this close to now may still change without its mtime or
@@ -45,8 +46,9 @@ def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Path):
-        return {"path": str(value), "sha256": file_digest(value)} if value.is_file() \
-            else {"path": str(value)}
+        # A file by its content only: the same bytes at another path (another clone,
+        # another runner) are the same input. Other paths (folders) as written.
+        return {"sha256": file_digest(value)} if value.is_file() else {"path": str(value)}
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
@@ -67,10 +69,12 @@ class ResultStore:
     FILE = "result.json"
 
     def load(self, stage_dir: Path, key: str, *, run_token: str | None = None,
-             this_run: str = "") -> StageResult | None:
+             this_run: str = "", roots: Roots | None = None) -> StageResult | None:
         """The stored result if its key matches; with ``run_token``, only one made by
         that run (``--qnn-no-cache`` under xdist: computed once per run, not reused).
-        A result another worker of ``this_run`` just made is not called cached."""
+        A result another worker of ``this_run`` just made is not called cached.
+        ``roots``: where the work folder and project are now (a result saved with
+        roots elsewhere is relocated: ``qnn_ci.relocate``)."""
         path = stage_dir / self.FILE
         try:
             payload = json.loads(path.read_text("utf-8"))
@@ -80,17 +84,28 @@ class ResultStore:
             return None
         if run_token is not None and payload.get("run_token") != run_token:
             return None
-        result = StageResult.from_dict(payload["result"])
+        stored = payload.get("roots")
+        raw = payload["result"]
+        if roots is not None and isinstance(stored, dict):
+            raw = detokenize(raw, roots)
+        result = StageResult.from_dict(raw)
         missing = [p for p in result.artefacts.values() if not Path(p).exists()]
         if missing:
             return None
+        if roots is not None and isinstance(stored, dict) and stored.get("workdir"):
+            rewrite_files(result.artefacts, Roots(str(stored["workdir"]), stored.get("project")),
+                          roots)
         result.cached = not (this_run and payload.get("run_token") == this_run)
         return result
 
     def save(self, stage_dir: Path, key: str, result: StageResult, *,
-             run_token: str = "") -> None:
+             run_token: str = "", roots: Roots | None = None) -> None:
         path = stage_dir / self.FILE
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        payload = {"key": key, "run_token": run_token, "result": result.to_dict()}
+        payload: dict[str, Any] = {"key": key, "run_token": run_token,
+                                   "result": result.to_dict()}
+        if roots is not None:
+            payload["result"] = tokenize(payload["result"], roots)
+            payload["roots"] = roots.as_dict()
         tmp.write_text(json.dumps(payload, indent=1, default=str), "utf-8")
         os.replace(tmp, path)
