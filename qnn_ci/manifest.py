@@ -639,11 +639,22 @@ def _load_boards(ctx: _Ctx, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_manifest(path: str | Path, *, memo_dir: Path | None = None) -> Manifest:
-    """Read and validate a manifest; every problem is a one-line UserError.
+    """Read and validate a manifest; every problem is a one-line UserError naming
+    the manifest as given (a relative path stays relative in the message).
 
     ``memo_dir`` (``<workdir>/.memo``): remember model signatures and passed schema
     checks there, keyed by content, so a re-run imports neither onnx nor jsonschema."""
-    path = Path(path).resolve()
+    given = Path(path)
+    try:
+        return _load_manifest(given.resolve(), memo_dir)
+    except UserError as exc:
+        if not given.is_absolute() and exc.file == str(given.resolve()):
+            exc.file = str(given)
+            exc.args = (exc.oneline(),)
+        raise
+
+
+def _load_manifest(path: Path, memo_dir: Path | None) -> Manifest:
     data, lines = load_yaml_with_lines(path)
     ctx = _Ctx(path, lines, memo_dir)
     _validate(ctx, data)

@@ -37,6 +37,9 @@ MARKERS = {
 _PIPELINES = pytest.StashKey[dict[Path, "Opened"]]()
 _EXPORTS = pytest.StashKey[dict[str, Path]]()   # export name -> its manifest (unique)
 _TOKEN = pytest.StashKey[str]()
+# A qnn-ci item that failed on bad input (a manifest error, a wrong SDK root): the
+# session exits 2, as `qnn-ci run` does (a typo must not read as a failed check).
+EXIT_BAD_INPUT = 2
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -119,7 +122,7 @@ class ManifestFile(pytest.File):
         cache = self.config.stash[_PIPELINES]
         try:
             if self.path not in cache:
-                opened = open_pipeline(self.path, _options(self.config))
+                opened = open_pipeline(_shown(self.path), _options(self.config))
                 check_unique_exports(self.config.stash[_EXPORTS], opened.manifest)
                 cache[self.path] = opened
         except UserError as exc:
@@ -140,6 +143,15 @@ class ManifestFile(pytest.File):
             return _options(self.config).workdir
         except Exception:
             return None
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the current folder when below it: a manifest's errors
+    name it as the user would type it."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 class _OneLineItem(pytest.Item):
@@ -254,6 +266,7 @@ class StageItem(pytest.Item):
     def _record(self, r: StageResult) -> None:
         from qnn_ci.internal_error import crash_log
         from qnn_ci.report.junit import property_value
+        from qnn_ci.report.warning_lines import warning_properties, warning_texts
         from qnn_ci.results import Severity
 
         props: list[tuple[str, Any]] = [
@@ -262,7 +275,11 @@ class StageItem(pytest.Item):
             ("qnn.manifest", str(self.export.manifest)), ("qnn.line", self.export.line),
             ("qnn.cached", r.cached),
         ]
-        props += [(f"qnn.{k}", property_value(v)) for k, v in r.properties.items()]
+        # the first warnings grouped, with their count (the calibration stage sets them)
+        extra = {k: v for k, v in warning_properties(warning_texts(r.findings)).items()
+                 if k not in r.properties}
+        props += [(f"qnn.{k}", property_value(v))
+                  for k, v in (r.properties | extra).items()]
         props += [(f"qnn.artefact.{k}", v) for k, v in r.artefacts.items()]
         if crash_log(r):   # the stage crashed: a bug in qnn-ci (the session exits 3)
             props.append(("qnn.internal_error", crash_log(r)))
@@ -308,8 +325,9 @@ class _Reporter:
         props = dict(report.user_properties)
         if "qnn.stage" not in props or report.when != "call":
             return
-        self.rows.append(props | {"findings": [(k, v) for k, v in report.user_properties
-                                               if k == "qnn.finding"]})
+        self.rows.append(props | {
+            "findings": [(k, v) for k, v in report.user_properties if k == "qnn.finding"],
+            "warnings": [v for k, v in report.user_properties if k == "qnn.warning"]})
 
     def _rows(self) -> list[Row]:
         from qnn_ci.internal_error import INTERNAL_ERROR
@@ -323,7 +341,9 @@ class _Reporter:
             findings = [Finding(*_split_finding(text)) for key, text in p["findings"]
                         if key == "qnn.finding"]
             res = StageResult(p["qnn.stage"], status, p.get("qnn.summary", ""),
-                              findings=findings, cached=bool(p.get("qnn.cached")))
+                              findings=findings, cached=bool(p.get("qnn.cached")),
+                              properties={k[4:]: v for k, v in p.items()
+                                          if k.startswith("qnn.diagnosis.")})
             if p.get("qnn.internal_error"):
                 res.data[INTERNAL_ERROR] = p["qnn.internal_error"]
             rows.append(Row(Path(p["qnn.manifest"]), p["qnn.export"], int(p["qnn.line"]), res))
@@ -335,13 +355,34 @@ class _Reporter:
     def _internal_errors(self) -> list[dict[str, Any]]:
         return [p for p in self.rows if "qnn.internal_error" in p]
 
+    def _bad_input(self) -> list[dict[str, Any]]:
+        from qnn_ci.results import Status
+
+        return [p for p in self.rows if p.get("qnn.status") == Status.ERROR.value]
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """A stage that crashed is a bug in qnn-ci, not a failed check: exit 3
-        (pytest's INTERNAL_ERROR, as `qnn-ci run`) rather than 1."""
-        if hasattr(self.config, "workerinput") or not self._internal_errors():
+        """Exit as `qnn-ci run` would: a stage that crashed is a bug in qnn-ci, not a
+        failed check: 3 (pytest's INTERNAL_ERROR too); else an item that stopped on
+        bad input (a manifest error, a wrong SDK root: Status.ERROR): 2."""
+        if hasattr(self.config, "workerinput"):
             return
-        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        if session.exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            return
+        if self._internal_errors():
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        elif self._bad_input():
+            session.exitstatus = EXIT_BAD_INPUT
+
+    def _warnings(self) -> list[str]:
+        """The "qnn-ci warnings" section: per item, its first warnings grouped."""
+        from qnn_ci.pipeline import STAGE_ORDER
+        from qnn_ci.report.warning_lines import warnings_report
+
+        order = {name: i for i, name in enumerate(("manifest", *STAGE_ORDER))}
+        rows = sorted(self.rows, key=lambda p: (str(p["qnn.manifest"]), int(p["qnn.line"]),
+                                                order.get(p["qnn.stage"], 99)))
+        return warnings_report((f"{p['qnn.export']}::{p['qnn.stage']}", p["warnings"])
+                               for p in rows)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if hasattr(self.config, "workerinput") or not self.rows:
@@ -351,6 +392,11 @@ class _Reporter:
         rows = self._rows()
         terminalreporter.write_sep("=", "qnn-ci summary")
         terminalreporter.write_line(terminal_table(rows))
+        warned = self._warnings()
+        if warned:
+            terminalreporter.write_sep("=", "qnn-ci warnings")
+            for line in warned:
+                terminalreporter.write_line(line, yellow=True)
         for p in self._internal_errors():
             where = p["qnn.internal_error"] or "no log could be written"
             terminalreporter.write_line(

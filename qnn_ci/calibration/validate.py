@@ -4,6 +4,7 @@ synthetic data (all-zero samples, samples identical to each other)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,15 +68,20 @@ SYNTHETIC_SIGNS = ("inputs.all_zero", "inputs.identical")
 
 class SyntheticCheck:
     """Signs of synthetic calibration data, per input: samples that are all zeros, and
-    samples identical to an earlier one. Fed file digests or in-memory arrays."""
+    samples identical to an earlier one. Fed file digests or in-memory arrays. Inputs
+    in ``state`` (recurrent state: zeros and repeats are legitimate there,
+    ``qnn_ci.calibration.state_inputs``) are checked for NaN/Inf only."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: Collection[str] = ()) -> None:
         self.findings: list[Finding] = []
+        self.state = frozenset(state)
         self._seen: dict[str, dict[str, str]] = {}
         self._count: dict[str, int] = {}
         self._zero: dict[str, int] = {}
 
     def add(self, name: str, where: str, digest: str, zero: bool) -> None:
+        if name in self.state:
+            return
         self._count[name] = self._count.get(name, 0) + 1
         seen = self._seen.setdefault(name, {})
         if zero:
@@ -130,9 +136,11 @@ class SyntheticCheck:
 
 
 def validate_input_list(path: Path, inputs: list[TensorIO],
-                        shapes: dict[str, tuple[int, ...]]) -> ValidationReport:
+                        shapes: dict[str, tuple[int, ...]], *,
+                        state: Collection[str] = ()) -> ValidationReport:
     """``inputs`` are the model's graph inputs; ``shapes`` the static shape per input
-    (pinned dims win over the model's)."""
+    (pinned dims win over the model's); ``state`` the recurrent state inputs (not
+    flagged for zeros or repeats)."""
     import numpy as np
 
     for io in inputs:
@@ -145,7 +153,7 @@ def validate_input_list(path: Path, inputs: list[TensorIO],
     parsed = parse_input_list(path)
     by_name = {io.name: io for io in inputs}
     findings: list[Finding] = []
-    synthetic = SyntheticCheck()
+    synthetic = SyntheticCheck(state)
 
     def flag(check: str, msg: str, lineno: int, subject: str | None = None) -> None:
         findings.append(Finding(check, f"line {lineno}: {msg}", Severity.ERROR, subject))

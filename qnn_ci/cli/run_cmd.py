@@ -23,6 +23,7 @@ from qnn_ci.report.summary import (
     run_annotation,
     terminal_table,
 )
+from qnn_ci.report.warning_lines import warning_properties, warning_texts, warnings_report
 from qnn_ci.results import Finding, StageResult, Status
 from qnn_ci.session import (
     DEFAULT_WORKDIR,
@@ -196,6 +197,9 @@ def _run_all(progress: Progress, args: argparse.Namespace, writer: JUnitWriter |
             if ev.export not in selected:
                 return  # an upstream of a selected export's `from:` chain
             export = o.pipeline.exports[ev.export]
+            # the first warnings grouped, with their count: JUnit properties, --json
+            for k, v in warning_properties(warning_texts(ev.result.findings)).items():
+                ev.result.properties.setdefault(k, v)
             progress.rows.append(Row(o.manifest.path, ev.export, export.line, ev.result))
             progress.done.add(key)
             if writer:
@@ -222,6 +226,10 @@ def _report(rows: list[Row], *, as_json: bool) -> None:
                            **r.result.to_dict()} for r in rows], indent=1, default=str))
     else:
         print(terminal_table(rows))
+        warned = warnings_report((f"{r.export}::{r.result.stage}",
+                                  warning_texts(r.result.findings)) for r in rows)
+        if warned:
+            print("\nwarnings:\n" + "\n".join(f"  {line}" for line in warned))
     _github(rows, to_stderr=as_json)
 
 

@@ -29,9 +29,11 @@ from qnn_ci.calibration.sources import (
     load_generator,
     write_sample,
 )
+from qnn_ci.calibration.state_inputs import state_inputs
 from qnn_ci.calibration.validate import SYNTHETIC_SIGNS, SyntheticCheck, validate_input_list
 from qnn_ci.errors import UserError
 from qnn_ci.model_signature import TensorIO
+from qnn_ci.report.warning_lines import warning_properties, warning_texts
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.shared_results import Claim, claim
 from qnn_ci.spec import CalibrationSpec, ExportSpec
@@ -130,11 +132,25 @@ def _binds(node: ast.AST, name: str) -> bool:
     return False
 
 
+def _warning_counts(findings: list[Finding]) -> str:
+    """"; 100 warning(s): 97 inputs.all_zero, 3 inputs.identical" (most first), or ""."""
+    counts: dict[str, int] = {}
+    for f in findings:
+        if f.severity == Severity.WARNING:
+            counts[f.check] = counts.get(f.check, 0) + 1
+    if not counts:
+        return ""
+    kinds = sorted(counts.items(), key=lambda kv: -kv[1])
+    return (f"; {sum(counts.values())} warning(s): "
+            + ", ".join(f"{n} {check}" for check, n in kinds))
+
+
 class CalibrationStage(Stage):
     name = "calibration"
     needs = ("static_shapes",)
     peer_needs = ("static_shapes", "calibration")
     settings = ("inputs", "calibration")
+    version = 2    # 2: recurrent state inputs are not flagged for zeros or repeats
 
     def peers(self, export: ExportSpec) -> tuple[str, ...]:
         return (export.calibration.from_export,) if export.calibration.from_export else ()
@@ -271,10 +287,13 @@ class CalibrationStage(Stage):
         check_work_path(ctx.workdir)
         raw_dir = ctx.workdir / "raw"
         raw_dir.mkdir()
-        findings: list[Finding] = []
-        synthetic = SyntheticCheck()
+        shapes = ctx.upstream["static_shapes"].data
+        state, findings = state_inputs(
+            shapes["inputs"], shapes.get("outputs") or [],
+            [n for n, spec in export.inputs.items() if spec.state])
+        synthetic = SyntheticCheck(state)
         if c.input_list:
-            samples = self._from_list(c.input_list, expected, raw_dir, findings)
+            samples = self._from_list(c.input_list, expected, raw_dir, findings, state)
             source = f"input list {c.input_list}"
         elif c.generator:
             held_req = DEFAULT_GENERATED_HELD_OUT if c.held_out is None else c.held_out
@@ -317,12 +336,16 @@ class CalibrationStage(Stage):
             else Status.PASSED
         summary = (f"{len(cal)} calibration sample{'s' if len(cal) != 1 else ''}"
                    + (f" + {len(held)} held out" if held else "") + f" from {source}")
-        warn = sum(f.severity == Severity.WARNING for f in findings)
-        if warn:
-            summary += f"; {warn} warning(s)"
+        summary += _warning_counts(findings)
+        if state:
+            summary += f"; state input(s) {', '.join(sorted(state))} not checked for zeros"
+        properties: dict[str, Any] = {"samples": len(cal), "held_out": len(held),
+                                      "source": source}
+        if state:
+            properties["state_inputs"] = ", ".join(sorted(state))
+        properties |= warning_properties(warning_texts(findings))
         return StageResult(
-            self.name, status, summary, findings=findings,
-            properties={"samples": len(cal), "held_out": len(held), "source": source},
+            self.name, status, summary, findings=findings, properties=properties,
             artefacts=artefacts,
             data={"samples": len(cal), "held_out": len(held),
                   "inputs": {e.name: {"dtype": e.dtype, "shape": list(e.shape)}
@@ -346,10 +369,11 @@ class CalibrationStage(Stage):
         return min(c.samples or n, n - held)
 
     def _from_list(self, path: Path, expected: list[Expected], raw_dir: Path,
-                   findings: list[Finding]) -> list[dict[str, Path]]:
+                   findings: list[Finding], state: set[str]) -> list[dict[str, Path]]:
         names = [e.name for e in expected]
         ios = [TensorIO(e.name, e.dtype, e.shape) for e in expected]
-        report = validate_input_list(path, ios, {e.name: e.shape for e in expected})
+        report = validate_input_list(path, ios, {e.name: e.shape for e in expected},
+                                     state=state)
         findings += [Finding(f.check, f.message, Severity.WARNING, f.subject)
                      for f in report.findings if f.check in SYNTHETIC_SIGNS]
         findings += [f for f in report.findings if f.check.startswith("inputs.all_samples_")

@@ -215,7 +215,8 @@ def test_action_run_step_as_the_runner_runs_it(tmp_path: Path) -> None:
                   QNN_CI_SDK_ROOT="", QNN_CI_PYTEST_ARGS="-p no:cacheprovider")
     proc = subprocess.run([sys.executable, "-m", "qnn_ci.gha", "run"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    # `broken` stops on bad input (a float64 sample): 2, as `qnn-ci run` exits
+    assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout.startswith("::group::pytest ")
     assert "::endgroup::" in proc.stdout
     assert "::error file=models/qnn-ci.yaml,line=6,title=broken%3A%3Acalibration::" \
