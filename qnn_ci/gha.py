@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -237,8 +238,59 @@ def pytest_argv(environ: dict[str, str]) -> list[str]:
                      ("--qnn-boards-file", "QNN_CI_BOARDS_FILE")):
         if environ.get(var):
             argv.append(f"{opt}={environ[var]}")
+    since = changed_since(environ)
+    if since:
+        argv.append(f"--qnn-changed-since={since}")
     argv += _split(environ, "QNN_CI_PYTEST_ARGS", "pytest-args")
     return argv
+
+
+PR_EVENTS = ("pull_request", "pull_request_target")
+
+
+def changed_since(environ: dict[str, str]) -> str | None:
+    """The revision for ``--qnn-changed-since``: the ``changed-since`` input, else the
+    pull request's base commit on pull_request events; None runs every export."""
+    given = environ.get("QNN_CI_CHANGED_SINCE", "").strip()
+    if given.lower() == "all":
+        return None
+    if given:
+        if given.startswith("-") or any(c.isspace() for c in given):
+            raise InputError("changed-since", f"The changed-since input {given!r} is not a "
+                             "git revision; give a branch, tag or commit, or all")
+        return given
+    if environ.get("GITHUB_EVENT_NAME") not in PR_EVENTS:
+        return None
+    try:
+        event = read_event(environ.get("GITHUB_EVENT_PATH"))
+    except Unverifiable as exc:
+        _command("warning", f"changed-since: {exc}; running every export")
+        return None
+    pr = event.get("pull_request") if isinstance(event, dict) else None
+    base = pr.get("base") if isinstance(pr, dict) else None
+    sha = base.get("sha") if isinstance(base, dict) else None
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", sha):
+        _command("warning", "changed-since: no base commit in the pull request event; "
+                 "running every export")
+        return None
+    ensure_commit(sha, environ)
+    return sha
+
+
+def ensure_commit(sha: str, environ: dict[str, str]) -> None:
+    """Fetch ``sha`` (its tree is all the diff needs) when a shallow checkout lacks it."""
+    cwd = environ.get("GITHUB_WORKSPACE") or None
+    have = subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=cwd,
+                          capture_output=True, check=False)
+    if have.returncode == 0:
+        return
+    print(f"::group::git fetch the pull request's base commit {sha[:12]}", flush=True)
+    done = subprocess.run(["git", "fetch", "--no-tags", "--depth=1", "origin", sha], cwd=cwd,
+                          check=False)
+    print("::endgroup::", flush=True)
+    if done.returncode != 0:
+        _command("warning", f"changed-since: could not fetch the base commit {sha[:12]}; "
+                 "qnn-ci will say so and stop (set changed-since: all to run everything)")
 
 
 def junit_counts(path: Path) -> dict[str, int]:

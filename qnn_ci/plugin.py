@@ -52,6 +52,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="re-run every stage instead of reusing cached results")
     group.addoption("--qnn-export", action="append", default=None,
                     help="only this export (repeatable)")
+    group.addoption("--qnn-changed-since", metavar="REF", default=None,
+                    help="only the exports whose inputs changed since git REF; the others "
+                         "are deselected (each with its reason in the qnn-ci summary)")
     parser.addini("qnn_manifests", "manifest file names or globs to collect",
                   type="linelist", default=list(MANIFEST_NAMES))
     parser.addini("qnn_workdir", "work folder", default=DEFAULT_WORKDIR)
@@ -60,6 +63,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("qnn_boards_file", "a qnn-boards.yaml declaring boards", default="")
     parser.addini("qnn_no_cache", "re-run every stage", type="bool", default=False)
     parser.addini("qnn_export", "only these exports", type="linelist", default=[])
+    parser.addini("qnn_changed_since", "only exports changed since this git revision",
+                  default="")
 
 
 def _option(config: pytest.Config, name: str) -> Any:
@@ -102,7 +107,8 @@ def _options(config: pytest.Config) -> Options:
                    boards_file=Path(boards) if boards else None,
                    board=_option(config, "board") or None,
                    use_cache=not _option(config, "no_cache"),
-                   run_token=config.stash[_TOKEN], exports=list(_option(config, "export") or []))
+                   run_token=config.stash[_TOKEN], exports=list(_option(config, "export") or []),
+                   changed_since=_option(config, "changed_since") or None)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -137,6 +143,14 @@ class ManifestFile(pytest.File):
             yield ExportCollector.from_parent(self, name=name,
                                               export=opened.pipeline.exports[name],
                                               pipeline=opened.pipeline)
+        # Unchanged exports (--qnn-changed-since) are collected, then deselected, so
+        # pytest counts them as deselected like a -k or -m deselection.
+        for name, why in opened.deselected.items():
+            col = ExportCollector.from_parent(self, name=name,
+                                              export=opened.pipeline.exports[name],
+                                              pipeline=opened.pipeline)
+            col.deselected_why = why
+            yield col
 
     def _workdir(self) -> Path | None:
         try:
@@ -223,11 +237,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             raise pytest.UsageError(exc.oneline()) from None
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the items of exports --qnn-changed-since found unchanged."""
+    keep, drop = [], []
+    for item in items:
+        parent = item.parent
+        (drop if isinstance(parent, ExportCollector) and parent.deselected_why else
+         keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 class ExportCollector(pytest.Collector):
     def __init__(self, *, export: ExportSpec, pipeline: Pipeline, **kw: Any) -> None:
         super().__init__(**kw)
         self.export = export
         self.pipeline = pipeline
+        self.deselected_why = ""
 
     def collect(self) -> Iterator[pytest.Item]:
         for stage in self.pipeline.plan(self.export):
@@ -384,9 +411,22 @@ class _Reporter:
         return warnings_report((f"{p['qnn.export']}::{p['qnn.stage']}", p["warnings"])
                                for p in rows)
 
+    def _changed(self) -> list[Any]:
+        return [o for o in self.config.stash.get(_PIPELINES, {}).values()
+                if o.selection is not None]
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if hasattr(self.config, "workerinput") or not self.rows:
+        if hasattr(self.config, "workerinput"):
             return
+        changed = self._changed()
+        if changed:   # collected here (not under xdist, where the workers collect)
+            terminalreporter.write_sep("=", "qnn-ci changed exports")
+            for o in changed:
+                for line in o.selection.lines():
+                    terminalreporter.write_line(line)
+        if not self.rows:
+            return
+        from qnn_ci.report.changed_summary import changed_heading
         from qnn_ci.report.summary import annotations, markdown_summary, terminal_table
 
         rows = self._rows()
@@ -408,4 +448,5 @@ class _Reporter:
             path = os.environ.get("GITHUB_STEP_SUMMARY")
             if path:
                 with open(path, "a", encoding="utf-8") as fh:
+                    fh.write(changed_heading(changed))
                     fh.write(markdown_summary(rows))

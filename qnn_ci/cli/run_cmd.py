@@ -15,6 +15,7 @@ from qnn_ci.errors import UserError
 from qnn_ci.internal_error import EXIT_INTERNAL, InternalError, crash_log, oneline, write_log
 from qnn_ci.manifest import find_manifests
 from qnn_ci.pipeline import STAGE_ORDER, Event
+from qnn_ci.report.changed_summary import changed_heading
 from qnn_ci.report.junit import JUnitWriter, internal_error_case, testcase
 from qnn_ci.report.summary import (
     Row,
@@ -50,6 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", help="run board stages on this board")
     p.add_argument("--boards-file", type=Path, help="extra qnn-boards.yaml")
     p.add_argument("--no-cache", action="store_true", help="re-run every stage")
+    p.add_argument("--changed-since", metavar="REF",
+                   help="run only the exports whose inputs changed since git REF (model, "
+                        "manifest entry and defaults, calibration sources, encodings, board, "
+                        "qnn-ci's version; from: chains follow); each is printed with why")
     p.add_argument("--json", action="store_true", help="print results as JSON")
 
 
@@ -74,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     paths = find_manifests(args.manifests)
     opts = Options(workdir=args.workdir, sdk_root=args.sdk_root, board=args.board,
                    boards_file=args.boards_file, use_cache=not args.no_cache,
-                   exports=args.export, stages=args.stage)
+                   exports=args.export, stages=args.stage, changed_since=args.changed_since)
     # The report exists from the start: whatever happens next, it says what ran.
     writer = JUnitWriter(args.junit) if args.junit else None
     progress = Progress()
@@ -95,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
                 _github([row])
                 raise
             progress.opened.append(o)
+            for line in o.notes + (o.selection.lines() if o.selection else []):
+                print(f"qnn-ci: {line}", file=sys.stderr, flush=True)
         check_selection(progress.opened, args.export)
         _run_all(progress, args, writer)
     except KeyboardInterrupt as exc:   # SIGINT, or SIGTERM as interrupts.Terminated
@@ -109,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         _stopped(progress, args, writer, "qnn-ci internal error", crash=(exc, log_path))
         raise InternalError(exc, log_path) from exc
     with interrupts.deferred():   # a signal now waits until the report is whole
-        _report(progress.rows, as_json=args.json)
+        _report(progress.rows, as_json=args.json, heading=changed_heading(progress.opened))
     crashed = [r for r in progress.rows if crash_log(r.result)]
     for r in crashed:
         print(f"qnn-ci run: {r.export}::{r.result.stage}: {r.result.summary}", file=sys.stderr)
@@ -220,7 +227,7 @@ def _run_all(progress: Progress, args: argparse.Namespace, writer: JUnitWriter |
         writer.flush()
 
 
-def _report(rows: list[Row], *, as_json: bool) -> None:
+def _report(rows: list[Row], *, as_json: bool, heading: str = "") -> None:
     if as_json:
         print(json.dumps([{"manifest": str(r.manifest), "export": r.export,
                            **r.result.to_dict()} for r in rows], indent=1, default=str))
@@ -230,11 +237,12 @@ def _report(rows: list[Row], *, as_json: bool) -> None:
                                   warning_texts(r.result.findings)) for r in rows)
         if warned:
             print("\nwarnings:\n" + "\n".join(f"  {line}" for line in warned))
-    _github(rows, to_stderr=as_json)
+    _github(rows, to_stderr=as_json, heading=heading)
 
 
 def _github(rows: list[Row], *, interrupted: str | None = None,
-            internal_error: str | None = None, to_stderr: bool = False) -> None:
+            internal_error: str | None = None, to_stderr: bool = False,
+            heading: str = "") -> None:
     """Annotations and the job summary, when running in GitHub Actions. The runner
     reads workflow commands on stderr too: they go there when stdout is JSON."""
     if os.environ.get("GITHUB_ACTIONS") != "true":
@@ -251,5 +259,6 @@ def _github(rows: list[Row], *, interrupted: str | None = None,
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8", errors="replace") as fh:
+            fh.write(heading)
             fh.write(markdown_summary(rows, interrupted=interrupted,
                                       internal_error=internal_error))

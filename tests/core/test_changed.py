@@ -164,3 +164,48 @@ def test_not_a_repository(tmp_path: Path) -> None:
     with pytest.raises(UserError) as err:
         select(tmp_path / "qnn-ci.yaml", manifest.exports, None, "HEAD")
     assert "git repository" in str(err.value)
+
+
+def _cli(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("QNN_SDK_ROOT", "GITHUB_ACTIONS")}
+    return subprocess.run([sys.executable, "-m", "qnn_ci", "run", "--stage", "static_shapes",
+                           "--workdir", str(repo.parent / "work"), *args], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_run_cli_runs_only_changed_exports_and_says_why(repo: Path) -> None:
+    (repo / "helper.py").write_text("SEED = 2\n")
+    done = _cli(repo, "--changed-since", "HEAD")
+    assert done.returncode == 0, done.stderr
+    assert "selected   gen: generator module helper changed" in done.stderr
+    assert "selected   down: upstream export 'gen' selected" in done.stderr
+    assert "deselected listed: no input changed" in done.stderr
+    ran = {line.split()[0] for line in done.stdout.splitlines()
+           if line and not line.startswith(" ") and "(" in line}
+    assert ran == {"gen", "down"}, done.stdout
+
+
+def test_run_cli_missing_ref_exits_2_with_one_line(repo: Path) -> None:
+    done = _cli(repo, "--changed-since", "nope")
+    assert done.returncode == 2
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "nope" in lines[0], done.stderr
+
+
+def test_pytest_deselects_unchanged_exports(repo: Path) -> None:
+    import os
+    import sys
+
+    scale_model(repo / "b.onnx", scale=5.0)
+    env = {k: v for k, v in os.environ.items() if k not in ("QNN_SDK_ROOT", "GITHUB_ACTIONS")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "-p", "qnn_ci", "--qnn-changed-since=HEAD", "-k", "static_shapes",
+                           f"--qnn-workdir={repo.parent / 'work'}", "qnn-ci.yaml"], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout and "deselected" in done.stdout, done.stdout
+    assert "selected   listed: model changed" in done.stdout
+    assert "deselected quiet: no input changed" in done.stdout

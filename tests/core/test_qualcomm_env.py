@@ -3,12 +3,16 @@ without executing the file; every value says where it came from."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from qnn_ci.errors import UserError
 from qnn_ci.qualcomm_env import DEFAULT_BOARD_NAME, find, load_for, parse
+from tests.core.graphs import scale_model
 
 
 def _write(path: Path, text: str) -> Path:
@@ -109,3 +113,41 @@ def test_folder_named_like_the_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / ".qualcomm-env").mkdir()
     with pytest.raises(UserError):
         parse(tmp_path / ".qualcomm-env")
+
+
+def _run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("QNN_SDK_ROOT", "ESDK_ENV", "GITHUB_ACTIONS")}
+    return subprocess.run([sys.executable, "-m", "qnn_ci", "run", "--stage", "dry_run",
+                           "--workdir", str(folder / "work"), *args], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    scale_model(tmp_path / "m.onnx")
+    (tmp_path / "qnn-ci.yaml").write_text(
+        "exports:\n  - name: m\n    model: m.onnx\n    inputs: {x: {shape: [1, 4]}}\n")
+    return tmp_path
+
+
+def test_run_takes_the_sdk_root_from_the_file_and_says_so(project: Path) -> None:
+    _write(project / ".qualcomm-env", "QNN_SDK_ROOT=/nonexistent/qairt\nQC_SETUP_VERSION=1\n")
+    done = _run(project)
+    assert f"SDK root /nonexistent/qairt from {project / '.qualcomm-env'}:1" in done.stderr
+    assert "/nonexistent/qairt" in done.stdout          # the stage used it
+    assert "QNN_SDK_ROOT is not set" not in done.stdout
+    # the command line still wins
+    other = project / "sdk2"
+    done = _run(project, "--sdk-root", str(other))
+    assert "from" not in done.stderr.split("qnn-ci: SDK root")[-1] or \
+        "SDK root /nonexistent" not in done.stderr
+    assert str(other) in done.stdout
+
+
+def test_run_stops_on_a_half_written_file(project: Path) -> None:
+    _write(project / ".qualcomm-env", "QNN_SDK_ROOT=/opt/qairt\n")
+    done = _run(project)
+    assert done.returncode == 2
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "QC_SETUP_VERSION=" in lines[0], done.stderr
