@@ -177,6 +177,8 @@ def dequantize_outputs(out_dir: Path, types: dict[str, NativeType], *,
             if path.stat().st_size % t.dtype.itemsize:
                 continue
             target = path.with_name(path.name[: -len(NATIVE_SUFFIX + ".raw")] + ".raw")
+            if target.exists() and not target.is_file():
+                continue          # a folder (or device) in the way: the result checks name it
             dequantize_file(path, target, t, chunk=chunk)
             done += 1
     log.debug("dequantized %d native output file(s) in %s", done, out_dir)

@@ -7,7 +7,15 @@ when their command runs, so ``qnn-ci --help`` stays fast.
 Exit status everywhere: 0 clean, 1 findings / failures, 2 bad input (one line),
 3 internal error (a bug in qnn-ci: one line on stderr, the traceback in
 ``<workdir>/qnn-ci-internal-error-*.log`` or a temporary file), 130 SIGINT,
-143 SIGTERM (see ``qnn_ci.interrupts``).
+143 SIGTERM (see ``qnn_ci.interrupts``), 141 a closed output pipe.
+
+A closed pipe (``qnn-ci run --json | head -1``) ends the command quietly, as
+git does: nothing on stderr, exit status 141 (128 + SIGPIPE, what the shell
+reports for a command a closed pipe stopped; ``set -o pipefail`` sees it). Every
+sub-command's stdout is covered, including the flush of what is still buffered
+at the end: stdout is then pointed at /dev/null (the Python documentation's
+recipe), so the interpreter's exit-time flush has nowhere to fail. A broken
+pipe that is not stdout (a subprocess, a socket) stays an error.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import select
 import sys
 from pathlib import Path
 
@@ -36,6 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 log = logging.getLogger("qnn_ci")
+
+EXIT_PIPE = 141          # 128 + SIGPIPE: the reader of our stdout went away
 
 
 def _setup_logging(verbose: int) -> None:
@@ -64,7 +76,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     with interrupts.stop_on_signals():
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        try:
+            try:
+                return _main(list(sys.argv[1:] if argv is None else argv))
+            finally:
+                sys.stdout.flush()       # what is still buffered: a closed pipe shows here
+        except BrokenPipeError:
+            if not _closed(sys.stdout):
+                raise
+            _quiet(sys.stdout)
+            if _closed(sys.stderr):     # `2>&1 | head`: the same pipe
+                _quiet(sys.stderr)
+            return EXIT_PIPE
+
+
+def _closed(stream: object) -> bool:
+    """True when ``stream`` is a pipe whose reader has gone (or cannot be asked)."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll(): trust the exception
+        return True
+
+
+def _quiet(stream: object) -> None:
+    """Point ``stream``'s descriptor at /dev/null: later writes and the interpreter's
+    exit-time flush then succeed silently."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (AttributeError, OSError, ValueError):
+        return
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def _main(argv: list[str]) -> int:
@@ -92,6 +143,8 @@ def _main(argv: list[str]) -> int:
         print(f"{command}: error: {exc.oneline()}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path the user gave cannot be read or written
+        if isinstance(exc, BrokenPipeError) and _closed(sys.stdout):
+            raise                          # our reader went away: main() ends quietly
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"{command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -20,10 +20,14 @@ from qnn_ci.compare.outputs import (
 )
 from qnn_ci.compare.resolution import resolve_steps
 from qnn_ci.compare.thresholds import MIN_METRICS, evaluate, failed_metrics, resolve_bounds
+from qnn_ci.listing import cut_text
 from qnn_ci.results import Finding, Severity
 from qnn_ci.spec import Thresholds
 
 log = logging.getLogger(__name__)
+
+HEADLINE_ORDER = ("cosine", "snr", "psnr", "max_abs", "mean_abs")
+MORE_SHOWN = 3                 # failing outputs named after the headline one
 
 Expected = Mapping[str, tuple[str | np.dtype | None, tuple[int, ...] | None]]
 
@@ -65,6 +69,21 @@ class OutputResult:
                 "samples": [s.to_dict() for s in self.samples]}
 
 
+@dataclass(frozen=True)
+class Failure:
+    """One output's metric that missed its bound, at its worst sample."""
+
+    output: str
+    metric: str
+    value: float
+    sample: int
+    bound: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output": self.output, "metric": self.metric, "value": json_float(self.value),
+                "sample": self.sample, "bound": json_float(self.bound)}
+
+
 @dataclass
 class Comparison:
     reference: str
@@ -79,11 +98,17 @@ class Comparison:
     def errors(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == Severity.ERROR]
 
-    def worst(self, metric: str = "cosine") -> tuple[float, str, int] | None:
-        """(value, output, sample) of the worst ``metric`` over every compared sample."""
+    def worst(self, metric: str = "cosine", *, failing: bool = False
+              ) -> tuple[float, str, int] | None:
+        """(value, output, sample) of the worst ``metric`` over the outputs that have a
+        bound for it (every output when none has); ``failing``: only the samples that
+        missed that bound."""
+        bounded = [o for o in self.outputs if metric in o.bounds]
         best: tuple[float, str, int] | None = None
-        for out in self.outputs:
+        for out in bounded if (bounded or failing) else self.outputs:
             for s in out.samples:
+                if failing and metric not in s.failed:
+                    continue
                 v = s.metrics.value(metric) if s.metrics else None
                 if v is None:
                     continue
@@ -91,21 +116,53 @@ class Comparison:
                     best = (v, out.name, s.sample)
         return best
 
+    def failing(self) -> list[Failure]:
+        """Every (output, metric) that missed its bound, with its worst sample: worst
+        first (metrics in HEADLINE_ORDER, then by value)."""
+        found: dict[tuple[str, str], Failure] = {}
+        for out in self.outputs:
+            for s in out.samples:
+                for metric in s.failed:
+                    v = s.metrics.value(metric) if s.metrics else None
+                    if v is None:
+                        continue
+                    cur = found.get((out.name, metric))
+                    if cur is None or _worse(metric, v, cur.value):
+                        found[(out.name, metric)] = Failure(out.name, metric, v, s.sample,
+                                                            out.bounds[metric])
+        return sorted(found.values(), key=_failure_rank)
+
     def summary_line(self) -> str:
+        """``worst <metric> <value> (<output>, sample <n>)``: the worst output that FAILED
+        its bound (``; +N more failing (...)`` when several did), else the worst output
+        that has a bound; an output without a bound never headlines."""
         n_errors = len(self.errors())
         tail = f"; {n_errors} error{'s' if n_errors != 1 else ''}" if n_errors else ""
-        # Headline the metric that failed, if one did; else the usual order.
-        failed = [m for o in self.outputs for smp in o.samples for m in smp.failed]
-        for metric in dict.fromkeys([*failed, "cosine", "snr", "max_abs"]):
+        failures = self.failing()
+        if failures:
+            top, rest = failures[0], failures[1:]
+            head = f"worst {top.metric} {_show(top.metric, top.value)} ({top.output}, " \
+                f"sample {top.sample})"
+            if rest:
+                head += f"; +{len(rest)} more failing (" + cut_text(
+                    rest, MORE_SHOWN, render=lambda f: f"{f.output} {f.metric} "
+                    f"{_show(f.metric, f.value)}") + ")"
+            return head + tail
+        for metric in HEADLINE_ORDER:
+            if not any(metric in o.bounds for o in self.outputs):
+                continue
             w = self.worst(metric)
             if w is not None:
-                value = f"{w[0]:.6f}" if metric == "cosine" else f"{w[0]:.4g}"
-                return f"worst {metric} {value} ({w[1]}, sample {w[2]}){tail}"
+                return f"worst {metric} {_show(metric, w[0])} ({w[1]}, sample {w[2]}){tail}"
+        w = self.worst("cosine")                      # no bound at all: the usual metric
+        if w is not None:
+            return f"worst cosine {_show('cosine', w[0])} ({w[1]}, sample {w[2]}){tail}"
         return f"nothing compared{tail}"
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "passed": self.passed, "summary": self.summary_line(),
+            "failing": [f.to_dict() for f in self.failing()],
             "reference": self.reference, "test": self.test,
             "outputs": [o.to_dict() for o in self.outputs],
             "findings": [f.to_dict() for f in self.findings],
@@ -113,6 +170,19 @@ class Comparison:
         for out in d["outputs"]:
             out["bounds"] = {k: json_float(v) for k, v in out["bounds"].items()}
         return d
+
+
+def _show(metric: str, value: float) -> str:
+    return f"{value:.6f}" if metric == "cosine" else f"{value:.4g}"
+
+
+def _failure_rank(f: Failure) -> tuple[int, int, float]:
+    """Sort key, worst first: metric order, then NaN, then the value (a minimum
+    metric's lowest, a maximum metric's highest first)."""
+    order = HEADLINE_ORDER.index(f.metric) if f.metric in HEADLINE_ORDER else len(HEADLINE_ORDER)
+    if math.isnan(f.value):
+        return order, 0, 0.0
+    return order, 1, f.value if f.metric in MIN_METRICS else -f.value
 
 
 def _worse(metric: str, a: float, b: float) -> bool:

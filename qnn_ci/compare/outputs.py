@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from qnn_ci.errors import UserError
+from qnn_ci.listing import cut_text
 from qnn_ci.results import Finding, Severity
 from qnn_ci.safe_read import check_regular
 
@@ -291,9 +292,9 @@ def _load_net_run(root: Path, results: dict[int, Path], dt: np.dtype | None) -> 
     return OutputSet(root, "qnn-net-run", samples, files, findings)
 
 
-def _listed(items: list[str], shown: int = SHOWN) -> str:
-    more = f" and {len(items) - shown} more" if len(items) > shown else ""
-    return ", ".join(items[:shown]) + more
+def _listed(items: list[str], limit: int = SHOWN) -> str:
+    """In their order (sample numbers, folders: none is worse than another)."""
+    return cut_text(items, limit)
 
 
 def _ranges(numbers: list[int]) -> list[tuple[int, int]]:

@@ -14,6 +14,7 @@ from typing import Any
 import onnx
 from onnx import helper
 
+from qnn_ci.listing import cut_text
 from qnn_ci.results import Finding, Severity
 
 # Dim kinds.
@@ -21,6 +22,8 @@ STATIC = "static"        # dim_value >= 0
 SYMBOLIC = "symbolic"    # dim_param, including the literal string "?"
 UNKNOWN = "unknown"      # neither dim_value nor dim_param
 MINUS_ONE = "minus_one"  # a literal negative dim_value (exporters write -1)
+
+LOOSE_SHOWN = 5          # dynamic inputs/outputs named in the summary line
 
 
 @dataclass(frozen=True)
@@ -230,7 +233,7 @@ class ShapeReport:
                    "tensors"
             loose = [i.name for i in (*self.inputs, *self.outputs) if not i.static]
             if loose:
-                head += f" (dynamic inputs/outputs: {', '.join(loose)})"
+                head += f" (dynamic inputs/outputs: {cut_text(loose, LOOSE_SHOWN)})"
         eq = self.equivalent
         tail = "equivalent" if eq else ("NOT equivalent" if eq is False
                                         else "equivalence not checked")

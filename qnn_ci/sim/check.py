@@ -1,5 +1,17 @@
 """The ``sim_npu`` check end to end, shared by the stage and ``qnn-ci sim``:
-quantize for the HTP -> prepare for one SoC -> FP16 audit of the QNN graph."""
+quantize for the HTP -> prepare for one SoC -> FP16 audit of the QNN graph.
+
+The node counts it reports are the nodes of the QDQ graph as onnxruntime
+partitioned it (the session's assignment record: Q/DQ nodes included, and the
+NHWC Transposes onnxruntime inserted for the EP). The stage and ``qnn-ci sim``
+count the same graph because they quantize the same float model: one whose
+every tensor has a static shape. A model with static inputs whose interior or
+output dims are still symbolic (``qnn-ci sim`` pins inputs with onnx inference
+only) is completed first the way the ``static_shapes`` stage does it
+(``qnn_ci.shapes.analyse_and_pin``: an onnxruntime fill); quantized as it is,
+onnxruntime's quantizer adds Shape/Reshape nodes around such tensors (the PP-OCR
+classifier: 687 session nodes instead of 681).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.listing import cut_text
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.prepare import PrepareResult, prepare_for_htp
 from qnn_ci.sim.quantize import QuantizeResult, QuantSettings, quantize_for_htp
@@ -57,13 +70,14 @@ class SimNpuReport:
             return f"{head}: prepared, {counts}"
         if p.prepared:
             return f"{head}: prepared, {counts}, {len(self.errors())} finding(s)"
+        codes = _codes(p)
         if p.nodes_total is None:
             return (f"{head}: prepare FAILED, {counts}, {len(p.rejected)} node(s) rejected "
-                    "per the EP log")
+                    f"per the EP log{codes}")
         # All three from the same assignment record: they add up to the total.
         other = f", {p.nodes_other} not on HTP without a logged reason" if p.nodes_other \
             else ""
-        return f"{head}: prepare FAILED, {counts}, {p.nodes_rejected} rejected{other}"
+        return f"{head}: prepare FAILED, {counts}, {p.nodes_rejected} rejected{codes}{other}"
 
     def to_dict(self) -> dict[str, Any]:
         q = self.quantize
@@ -79,6 +93,40 @@ class SimNpuReport:
             "fp16": self.fp16, "findings": [f.to_dict() for f in self.findings],
             "durations": {k: round(v, 3) for k, v in self.durations.items()},
         }
+
+
+def _codes(p: PrepareResult) -> str:
+    """`` (QNN error 3110)``: the error codes the EP log gives for the rejected nodes."""
+    codes = sorted({r.error_code for r in p.rejected if r.error_code is not None})
+    return f" (QNN error {', '.join(map(str, codes))})" if codes else ""
+
+
+def static_model(model: Path, out_dir: Path, stem: str) -> tuple[Path, list[Finding]]:
+    """``model``, or, when its inputs are static but some other tensor is not, the
+    model completed as the ``static_shapes`` stage does it (``<stem>.filled.onnx``
+    in ``out_dir``). Dynamic inputs are left for the prepare to report."""
+    import onnx
+
+    from qnn_ci.sim.prepare import dynamic_dims
+
+    dyn = dynamic_dims(onnx.load(str(model), load_external_data=False))
+    if not dyn or any(kind == "input" for kind, _, _ in dyn):
+        return model, []
+    from qnn_ci.shapes import analyse_and_pin
+
+    names = cut_text([name for _, name, _ in dyn], 3, render=repr)
+    report = analyse_and_pin(model, {}, opset=None, out_path=out_dir / f"{stem}.filled.onnx")
+    if not report.ok or not report.output_model:
+        return model, [Finding(
+            "sim.static_shapes", f"{len(dyn)} tensor(s) keep symbolic dims ({names}) and "
+            f"onnxruntime could not fill them ({report.summary()}); quantized as given, so "
+            "the QDQ graph may differ from the pipeline's: pin every dim (`qnn-ci shapes`)",
+            Severity.WARNING)]
+    return Path(report.output_model), [Finding(
+        "sim.static_shapes", f"{len(dyn)} tensor(s) with symbolic dims ({names}) filled from "
+        "onnxruntime before quantizing, as the static_shapes stage does (quantized as they "
+        "were, the QDQ graph would gain Shape/Reshape nodes the pipeline's has not)",
+        Severity.INFO)]
 
 
 def _fp16_audit(report: SimNpuReport, paths: list[Path]) -> None:
@@ -108,8 +156,10 @@ def check_htp(model: Path, out_dir: Path, soc: SocInfo, samples: Sequence[Feeds]
         report.findings.append(Finding(
             "sim.random_calibration", "quantized with RANDOM data (no calibration input "
             "list): the prepare answer holds, but no numbers are checked", Severity.WARNING))
+    source, notes = static_model(model, out_dir, stem)
+    report.findings += notes
     try:
-        report.quantize = quantizer(model, out_dir / f"{stem}.qdq.onnx", samples, settings,
+        report.quantize = quantizer(source, out_dir / f"{stem}.qdq.onnx", samples, settings,
                                     out_dir / "quantize.log")
     except UserError:
         raise

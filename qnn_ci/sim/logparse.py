@@ -5,9 +5,13 @@ Lines this understands (severity WARNING/ERROR unless noted):
 - ``QNN.backendValidateOpConfig() failed for node `X` of type `Y` with error code N``
   (Y is the QNN op type, e.g. ``ElementWiseAdd``; 3110 is QNN's op-config
   validation failure: the HTP does not take this op with these data types);
-- ``Unsupported nodes in QNN EP: { name: X, type: Y }{ ... }`` (Y is the ONNX op type);
+- ``Unsupported nodes in QNN EP: { name: X, type: Y }{ ... }`` (Y is the ONNX op type;
+  X is empty for a node without a name: such entries name nothing and are skipped);
 - ``Validation FAILED for N nodes in OrtNodeUnit (Y) :`` followed by
   ``REASON : ...`` (VERBOSE level only, e.g. ``Cannot get shape`` for a dynamic dim).
+
+A node without a name appears in the first kind as ``<op type><node index>``
+(``Cast0``, ``Relu4``): ``qnn_ci.sim.node_names`` maps it back.
 """
 
 from __future__ import annotations
@@ -39,12 +43,14 @@ class RejectedNode:
     reason: str | None = None
     ep: str | None = None          # the EP the session put it on instead (when known)
     ep_ops: list[str] = field(default_factory=list)   # QNN ops the EP made for it that failed
+    index: int | None = None       # graph node index, for a node the model leaves unnamed
 
     def describe(self) -> str:
         kind = self.op_type or self.qnn_type or "?"
         if self.qnn_type and self.op_type and self.qnn_type != self.op_type:
             kind = f"{self.op_type} (QNN {self.qnn_type})"
-        text = f"node {self.name!r} of type {kind}"
+        unnamed = f" (unnamed node #{self.index})" if self.index is not None else ""
+        text = f"node {self.name!r}{unnamed} of type {kind}"
         if self.error_code is not None:
             meaning = QNN_ERROR_CODES.get(self.error_code)
             text += f": QNN error code {self.error_code}" + (f" ({meaning})" if meaning else "")
@@ -91,13 +97,14 @@ def parse_ep_log(text: str) -> EpLog:
                 units.append((pending_unit[0], pending_unit[1], m.group("reason").strip()))
                 pending_unit = None
                 continue
-        if m := _VALIDATE.search(line):
+        if (m := _VALIDATE.search(line)) and m.group("name").strip():
             n = node(m.group("name"))
             n.qnn_type = m.group("qtype")
             n.error_code = int(m.group("code"))
         if m := _UNSUPPORTED.search(line):
             for e in _ENTRY.finditer(m.group("body")):
-                node(e.group("name")).op_type = e.group("type")
+                if e.group("name").strip():
+                    node(e.group("name")).op_type = e.group("type")
         if m := _UNIT.search(line):
             pending_unit = (m.group("type"), int(m.group("n")))
         if (m := _SEVERITY.search(line)) and m.group("sev") in "EF":

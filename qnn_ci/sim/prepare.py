@@ -18,7 +18,10 @@ onnxruntime inserted or rewrote for the EP (NHWC Transposes, duplicated
 DequantizeLinears, ``conv1_token_1``); those are listed as ``inserted``. The EP
 log may also name QNN ops the EP made itself while lowering a node
 (``cast_in_ort_qnn_ep_convert``): they are not graph nodes, so they are attached
-to the node they were made for, never counted on their own.
+to the node they were made for, never counted on their own. A node without a name
+is logged as ``<op type><graph index>`` and recorded with an empty name; both are
+matched back to the graph node (``qnn_ci.sim.node_names``), so its rejection
+carries its QNN error code and counts as rejected.
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ from typing import Any
 
 import onnx
 
+from qnn_ci.listing import cut_text, shown
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.binary import ContextInfo, read_context_info
 from qnn_ci.sim.ep import EP_NAME, assignment, capture_native_output, htp_session_options
 from qnn_ci.sim.logparse import EpLog, RejectedNode, read_ep_log
+from qnn_ci.sim.node_names import display_names, resolve_record, unnamed_nodes
 from qnn_ci.tables import SocInfo
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,8 @@ EP_OP_MARK = "_ort_qnn_ep_"         # QNN ops/tensors the EP names after a node 
 NO_REASON = ("not taken by the QNN EP; no reason at this log level (the EP's verbose log, "
              "`qnn-ci -vv sim`, may say why)")
 MAX_NODE_FINDINGS = 20
+NODES_COUNTED = ("nodes of the QDQ graph as onnxruntime partitioned it (Q/DQ nodes and the "
+                 "NHWC Transposes it inserted for the EP included)")
 STATIC_SHAPES_HINT = ("pin every dim first: the static_shapes stage (manifest `inputs:` "
                       "shapes) or `qnn-ci shapes --dim NAME=d0,d1,...`")
 
@@ -92,7 +99,7 @@ class PrepareResult:
                      "without a logged reason")
         return text
 
-    def origin_text(self, shown: int = 6) -> str | None:
+    def origin_text(self, limit: int = 6) -> str | None:
         """Where the session's nodes come from: the quantized model, and which
         onnxruntime inserted or rewrote for the EP."""
         if self.nodes_total is None or self.model_nodes is None:
@@ -101,10 +108,9 @@ class PrepareResult:
         head = f"{kept} of the quantized model's {self.model_nodes} nodes as they are"
         if not self.inserted:
             return f"{head}; none inserted by onnxruntime for the EP"
-        names = ", ".join(f"{n!r} ({op})" for n, op, _ in self.inserted[:shown])
-        more = f" and {len(self.inserted) - shown} more" if len(self.inserted) > shown else ""
+        names = cut_text(self.inserted, limit, render=lambda i: f"{i[0]!r} ({i[1]})")
         return (f"{head}; {len(self.inserted)} inserted or rewritten by onnxruntime for the "
-                f"EP: {names}{more}")
+                f"EP: {names}")
 
     def to_dict(self) -> dict[str, Any]:
         ctx = self.context
@@ -113,6 +119,7 @@ class PrepareResult:
             "soc_type": ctx.soc_type if ctx else None, "arch": ctx.arch if ctx else None,
             "vtcm_size": ctx.vtcm_size if ctx else None,
             "nodes_on_htp": self.nodes_on_htp, "nodes_total": self.nodes_total,
+            "nodes_counted": NODES_COUNTED,
             "nodes_rejected": self.nodes_rejected if self.nodes_total is not None else None,
             "nodes_other": self.nodes_other if self.nodes_total is not None else None,
             "nodes_by_ep": self.by_ep, "model_nodes": self.model_nodes,
@@ -184,6 +191,8 @@ def _owner(name: str, nodes: set[str], producer: dict[str, str],
     base, mark, _ = name.partition(EP_OP_MARK)
     made = bool(mark)
     cand = name if not made else base
+    if not cand:                       # `_ort_qnn_ep_convert`: made for a nameless node
+        return None, made
     while cand not in nodes and _SUFFIX.search(cand):
         cand = _SUFFIX.sub("", cand)
     if cand in nodes:
@@ -203,13 +212,16 @@ def _merge(into: RejectedNode, r: RejectedNode) -> None:
 
 def attribute_log(logged: list[RejectedNode], nodes: dict[str, str],
                   model: onnx.ModelProto) -> tuple[dict[str, RejectedNode], list[RejectedNode]]:
-    """Log entries merged per node (``nodes``: name -> op type), with the QNN ops
-    the EP made for a node attached to it; and the entries that match no node."""
-    producer = {o: n.name for n in model.graph.node for o in n.output}
+    """Log entries merged per node (``nodes``: EP name -> op type, an unnamed node
+    under its ``<op type><index>`` name: ``qnn_ci.sim.node_names``), with the QNN
+    ops the EP made for a node attached to it; and the entries that match no node."""
+    names = display_names(model)
+    producer = {o: names[k] for k, n in enumerate(model.graph.node) for o in n.output}
     consumer: dict[str, str] = {}
-    for n in model.graph.node:
+    for k, n in enumerate(model.graph.node):
         for i in n.input:
-            consumer.setdefault(i, n.name)
+            if i:
+                consumer.setdefault(i, names[k])
     known = set(nodes)
     merged: dict[str, RejectedNode] = {}
     unmatched: list[RejectedNode] = []
@@ -334,15 +346,19 @@ def _failed(res: PrepareResult, qdq_model: Path, model: onnx.ModelProto,
             by_ep = assignment(session)
             _count(res, by_ep, model)
             del session
+    graph_nodes = {name: n.op_type for name, n in zip(display_names(model), model.graph.node,
+                                                     strict=True)}
+    index = unnamed_nodes(model)
     if by_ep is None:
         # No record: the log alone, mapped onto the quantized model's nodes.
-        merged, unmatched = attribute_log(parsed.rejected, {n.name: n.op_type for n in
-                                                            model.graph.node}, model)
+        merged, unmatched = attribute_log(parsed.rejected, graph_nodes, model)
         res.rejected = list(merged.values()) + unmatched
     else:
-        nodes = {name: op for ns in by_ep.values() for name, op in ns}
+        logged, _ = attribute_log(parsed.rejected, graph_nodes, model)
+        resolved = resolve_record(by_ep, model, set(logged), EP_NAME)
+        nodes = {name: op for ns in resolved.values() for name, op in ns}
         merged, res.log_only = attribute_log(parsed.rejected, nodes, model)
-        for ep, ns in by_ep.items():
+        for ep, ns in resolved.items():
             if ep == EP_NAME:
                 continue
             for name, op in ns:
@@ -350,12 +366,15 @@ def _failed(res: PrepareResult, qdq_model: Path, model: onnx.ModelProto,
                 r.op_type, r.ep = op, ep
                 res.rejected.append(r)
         res.log_only += list(merged.values())      # the log named them; the record has them on QNN
+    order = {name: k for k, name in enumerate(graph_nodes)}
+    res.rejected.sort(key=lambda r: order.get(r.name, len(order)))     # graph order
+    for r in res.rejected:
+        r.index = index.get(r.name)
     res.findings += failure_findings(res, parsed, model)
 
 
-def _names(nodes: list[RejectedNode], shown: int = 8) -> str:
-    text = ", ".join(f"{r.name} ({r.op_type or r.qnn_type})" for r in nodes[:shown])
-    return text + (f" and {len(nodes) - shown} more" if len(nodes) > shown else "")
+def _names(nodes: list[RejectedNode], limit: int = 8) -> str:
+    return cut_text(nodes, limit, render=lambda r: f"{r.name} ({r.op_type or r.qnn_type})")
 
 
 def failure_findings(res: PrepareResult, parsed: EpLog, model: onnx.ModelProto) -> list[Finding]:
@@ -375,13 +394,14 @@ def failure_findings(res: PrepareResult, parsed: EpLog, model: onnx.ModelProto) 
     explained = [r for r in res.rejected if r.reason != NO_REASON]
     silent = [r for r in res.rejected if r.reason == NO_REASON]
     dyn_input = any(f.severity == Severity.ERROR for f in out)
-    for r in explained[:MAX_NODE_FINDINGS]:
+    kept, more = shown(explained, MAX_NODE_FINDINGS)     # graph order: the first ones first
+    for r in kept:
         out.append(Finding("sim.rejected", f"{res.soc.name} HTP rejected {r.describe()}",
                            Severity.ERROR, subject=r.name))
-    if len(explained) > MAX_NODE_FINDINGS:
-        out.append(Finding("sim.rejected", f"and {len(explained) - MAX_NODE_FINDINGS} more "
-                           f"rejected node(s): {_names(explained[MAX_NODE_FINDINGS:])} (full "
-                           "list in the JSON report)", Severity.ERROR))
+    if more:
+        out.append(Finding("sim.rejected", f"+{more} more rejected node(s): "
+                           f"{_names(explained[MAX_NODE_FINDINGS:])} (full list in the JSON "
+                           "report)", Severity.ERROR))
     if silent:
         note = "the dynamic input dims above are the likely cause" \
             if dyn_input and not explained else NO_REASON

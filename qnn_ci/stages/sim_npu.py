@@ -23,6 +23,7 @@ class SimNpuStage(SimStage):
     name = "sim_npu"
     settings = ("quantization", "target")
     needs = ("static_shapes", "calibration")
+    gates = ("matches_original",)     # nothing is quantized before the surgery is checked
     version = 1
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
@@ -35,6 +36,7 @@ class SimNpuStage(SimStage):
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.sim.check import check_htp
         from qnn_ci.sim.ep import sim_target
+        from qnn_ci.sim.prepare import NODES_COUNTED
         from qnn_ci.sim.quantize import QuantSettings
         from qnn_ci.sim.samples import inputs_from_data, load_samples
         from qnn_ci.sim.shared_quantize import shared_quantizer
@@ -75,9 +77,14 @@ class SimNpuStage(SimStage):
             properties["binary_soc_type"] = p.context.soc_type
             properties["binary_arch"] = p.context.arch
         if p is not None and p.rejected:
-            properties["rejected_nodes"] = len(p.rejected)
+            # every node not on the HTP: nodes_rejected (a reason logged) + nodes_other
+            properties["nodes_not_on_htp"] = len(p.rejected)
+            codes = sorted({r.error_code for r in p.rejected if r.error_code is not None})
+            if codes:
+                properties["qnn_error_codes"] = codes
         if p is not None and p.nodes_total is not None:
             # on HTP + rejected + other = total, all from the session's assignment record
+            properties["nodes_counted"] = NODES_COUNTED
             properties["nodes_rejected"] = p.nodes_rejected
             properties["nodes_other"] = p.nodes_other
             properties["nodes_inserted_by_ep"] = len(p.inserted)

@@ -121,8 +121,11 @@ def test_json_shape(capsys, sets):
     rc, out, _ = run(capsys, ref, bad, "--json", "-t", "max_abs=10")
     assert rc == 1
     d = json.loads(out)
-    assert set(d) == {"passed", "summary", "reference", "test", "outputs", "findings"}
+    assert set(d) == {"passed", "summary", "failing", "reference", "test", "outputs",
+                      "findings"}
     assert d["passed"] is False and d["summary"].startswith("worst cosine")
+    [failing] = d["failing"]
+    assert (failing["output"], failing["metric"], failing["sample"]) == ("logits", "cosine", 1)
     [o] = d["outputs"]
     assert o["name"] == "logits" and o["bounds"] == {"cosine": 0.99, "max_abs": 10.0}
     assert [s["sample"] for s in o["samples"]] == [0, 1]

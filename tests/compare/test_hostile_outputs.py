@@ -53,7 +53,7 @@ def test_missing_numbers_lists_runs() -> None:
     assert missing_numbers([1]) == "Result_0"
     assert missing_numbers([0, 2, 5]) == "3 sample(s): Result_1, Result_3..Result_4"
     many = missing_numbers(list(range(0, 60, 2)))
-    assert many is not None and many.endswith("and 19 more")
+    assert many is not None and many.endswith("(+19 more)")
 
 
 def test_samples_missing_on_one_side_are_summarised(tmp_path: Path) -> None:

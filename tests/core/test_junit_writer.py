@@ -77,3 +77,19 @@ def test_replaced_cases_are_written_as_given(tmp_path: Path) -> None:
     writer.cases = [case_of(tmp_path / "m.yaml", "e", 3, result(1, Status.SKIPPED))]
     writer.write(interrupted="interrupted by SIGTERM")
     assert [c.get("name") for c in cases(path)] == ["e::s1"]
+
+
+def test_a_cached_case_keeps_a_zero_time_and_its_original_duration(tmp_path: Path) -> None:
+    """The pipeline times a cached stage as this run's read; a read that rounds to
+    0 s is still written as time="0.000000", not left out."""
+    r = result(0)
+    r.cached, r.duration_s = True, 0.0
+    r.properties["original_duration_s"] = 23.4
+    path = tmp_path / "r.xml"
+    writer = JUnitWriter(path)
+    writer.add(case_of(tmp_path / "m.yaml", "e", 3, r))
+    writer.flush()
+    [case] = cases(path)
+    assert case.get("time") == "0.000000"
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["qnn.cached"] == "true" and props["qnn.original_duration_s"] == "23.4"

@@ -110,7 +110,8 @@ def test_quantized_fp16_graph_counts_add_up_and_ep_made_ops_join_their_node(
     assert p.nodes_total == p.model_nodes + len(p.inserted)    # nothing fused away here
     assert "inserted or rewritten by onnxruntime" in (p.origin_text() or "")
     assert report.summary_line().endswith(
-        f"prepare FAILED, {p.nodes_on_htp}/{p.nodes_total} nodes on HTP, 2 rejected")
+        f"prepare FAILED, {p.nodes_on_htp}/{p.nodes_total} nodes on HTP, 2 rejected "
+        "(QNN error 3110)")
     d = p.to_dict()
     assert (d["nodes_rejected"], d["nodes_other"]) == (2, 0) and d["log_only"] == []
 
