@@ -54,6 +54,9 @@ class Stage:
     version: ClassVar[int] = 1                      # bump to invalidate cached results
     cache_failures: ClassVar[bool] = True           # False for flaky resources (boards)
     peer_needs: ClassVar[tuple[str, ...]] = ()      # stages of the exports named by peers()
+    gates: ClassVar[tuple[str, ...]] = ()
+    # ^ stages of the same export that must not have failed (when planned) for this one
+    #   to run; unlike needs, not inputs: their results are not part of the cache key
     settings: ClassVar[tuple[str, ...] | None] = None
     # ^ the ExportSpec fields the stage reads (its cache key); None: all of them
 

@@ -20,6 +20,7 @@ from qnn_ci.sdk.locate import CONVERTER
 from qnn_ci.sdk.model_lib import library_name
 from qnn_ci.sdk.record import read_record
 from qnn_ci.stage import StageContext
+from qnn_ci.stages.dry_run import prequantized_check
 from qnn_ci.stages.sdk_common import (
     ConverterStage,
     mark_transient,
@@ -34,9 +35,14 @@ class ConvertStage(ConverterStage):
     # encodings applies only with quantization.overrides (the engine ignores a need
     # that is not planned): an encodings file for another model blocks the conversion.
     needs = ("static_shapes", "calibration", "encodings", "dry_run")
+    gates = ("matches_original",)     # nothing is quantized before the surgery is checked
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export
+        refused, _ = prequantized_check(self.name, ctx,
+                                        calibration="calibration" in ctx.upstream)
+        if refused is not None:
+            return refused
         ready = self.prepare(ctx)
         if isinstance(ready, StageResult):
             return ready

@@ -37,13 +37,38 @@ def _op_types(model: Path) -> dict[str, str]:
         return {}
 
 
+def prequantized_check(stage: str, ctx: StageContext, *, calibration: bool
+                       ) -> tuple[StageResult | None, list[Finding]]:
+    """An already-quantized pinned model (``qnn_ci.prequantized``): a FAILED result
+    when the converter would quantize it again (QOperator / dynamic always; QDQ
+    when given the calibration list), else the findings to add (a QDQ model in a
+    dry run: a warning that convert will refuse it)."""
+    from qnn_ci.prequantized import QDQ, detect_file
+
+    found = detect_file(Path(ctx.upstream["static_shapes"].artefacts["model"]))
+    if not found.quantized:
+        return None, []
+    text = f"{ctx.export.model.name}: {found.message('converter', calibration=calibration)}"
+    if found.kind == QDQ and not calibration:
+        return None, [Finding("model.prequantized", f"{text} (the convert stage, which "
+                              "passes the calibration list, refuses it)", Severity.WARNING)]
+    return StageResult(stage, Status.FAILED, text,
+                       [Finding("model.prequantized", text, Severity.ERROR)],
+                       properties={"prequantized": found.kind},
+                       data={"prequantized": found.to_dict()}), []
+
+
 class DryRunStage(ConverterStage):
     name = "dry_run"
     settings = ("inputs", "quantization", "target", "sdk")
     needs = ("static_shapes",)
+    gates = ("matches_original",)     # nothing is converted before the surgery is checked
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export
+        refused, early = prequantized_check(self.name, ctx, calibration=False)
+        if refused is not None:
+            return refused
         ready = self.prepare(ctx)
         if isinstance(ready, StageResult):
             return ready
@@ -64,6 +89,7 @@ class DryRunStage(ConverterStage):
         if not run.ok:
             message, node, _op = explain_failure(run, model)
             findings.append(Finding("dry_run.exit", message, Severity.ERROR, node))
+        findings += early
         findings += [Finding("dry_run.row", f"dry-run table row not understood: {row}",
                              Severity.WARNING) for row in report.unrecognised_rows]
         if run.ok and not report.clean and not report.table:

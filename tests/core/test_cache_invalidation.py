@@ -36,6 +36,7 @@ from qnn_ci.spec import (
     DiagnosisSpec,
     ExportSpec,
     InputSpec,
+    OriginalSpec,
     QuantizationSpec,
     SdkSpec,
     SimSpec,
@@ -135,6 +136,8 @@ def world(sshd: SshServer, tmp_path: Path) -> Iterator[World]:
         target=TargetSpec(soc="QCS6490", lib_target="aarch64-oe-linux-gcc11.2"),
         thresholds=Thresholds(default={"cosine": 0.99}), board="standin",
         sdk=SdkSpec(root=sdk), sim=SimSpec(samples=1))
+    # `original:` the model itself: matches_original runs (and gates) in every chain
+    export = replace(export, original=OriginalSpec(export.model))
     env = Environment(workdir=folder / "work", esdk_env=make_esdk(folder / "esdk"),
                       boards=boards,
                       environ={"PATH": "/usr/bin:/bin", "QNN_CI_LOCK_DIR": str(folder / "locks")})
@@ -171,8 +174,8 @@ def own_keys(p: Pipeline, export: ExportSpec) -> dict[str, str]:
 
 S, C, E, N, U = "static_shapes", "calibration", "encodings", "sim_npu", "sim_numerics"
 D, V, K, F, L = "dry_run", "convert", "contract", "fp16_gate", "model_lib"
-SO, H = "so_load", "htp_vs_cpu"
-AFTER_CALIBRATION = frozenset({C, N, U, V, K, F, L, SO, H})   # calibration + its dependents
+SO, H, M = "so_load", "htp_vs_cpu", "matches_original"
+AFTER_CALIBRATION = frozenset({C, M, N, U, V, K, F, L, SO, H})   # calibration + dependents
 AFTER_CONVERT = frozenset({V, K, F, L, SO, H})
 
 
@@ -238,7 +241,7 @@ MUTATIONS = [
              frozenset({E, N, U, D}) | AFTER_CONVERT),
     Mutation("target.soc QCS6490 -> SM8550", "target",
              lambda w: replace(w.export, target=replace(w.export.target, soc="SM8550")),
-             ALL - {S, C}, ALL - {S, C}),
+             ALL - {S, C, M}, ALL - {S, C, M}),
     Mutation("thresholds cosine 0.99 -> 0.98", "thresholds",
              lambda w: replace(w.export, thresholds=Thresholds(default={"cosine": 0.98})),
              frozenset({U, H}), frozenset({U, H})),
@@ -257,19 +260,22 @@ MUTATIONS = [
     Mutation("inputs.x.encoding -> other", "inputs",
              lambda w: replace(w.export, inputs={"x": InputSpec("x", INPUT_SHAPE, "float32",
                                                                encoding="other")}),
-             frozenset({S, C, D, V, K}), frozenset({S, C, D}) | AFTER_CONVERT),
+             frozenset({S, C, M, D, V, K}), frozenset({S, C, M, D}) | AFTER_CONVERT),
     Mutation("calibration.samples 4 -> 3", "calibration", lambda w: _cal(w, samples=3),
              frozenset({C}), AFTER_CALIBRATION),
     Mutation("generator helper module (seed)", None, _helper_seed, frozenset({C}),
              AFTER_CALIBRATION),
     Mutation("calibration.depends data file", None, _data_file, frozenset({C}),
              AFTER_CALIBRATION),
-    Mutation("model weights", "model", _weights, frozenset({S, E, K}), ALL),
+    Mutation("model weights", "model", _weights, frozenset({S, M, E, K}), ALL),
     # The converted model differs, the stand-in converter's output does not: what
     # reads only convert's artefacts (contract, fp16_gate, model_lib, so_load) is
     # reused — a re-run that makes the same files re-runs nothing after it.
     Mutation("opset none -> 18", "opset", lambda w: replace(w.export, opset=18),
-             frozenset({S}), frozenset({S, C, E, N, U, D, V, H})),
+             frozenset({S}), frozenset({S, C, M, E, N, U, D, V, H})),
+    Mutation("original.cosine 0.999999 -> 0.99999", "original",
+             lambda w: replace(w.export, original=OriginalSpec(w.export.model, 0.99999)),
+             frozenset({M}), frozenset({M})),
     Mutation("calibration source generator -> input list", "calibration", _to_input_list,
              frozenset({C}), AFTER_CALIBRATION),
     Mutation("input list .raw bytes", None, _raw_bytes, frozenset({C}), AFTER_CALIBRATION),
