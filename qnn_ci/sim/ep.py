@@ -92,7 +92,9 @@ def htp_session_options(soc: SocInfo, *, allow_cpu_fallback: bool = False,
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     if record_assignment:
         so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    for k, v in (config or {}).items():
+    from qnn_ci.sim.quantize import QDQ_SESSION_CONFIG
+
+    for k, v in {**QDQ_SESSION_CONFIG, **(config or {})}.items():
         so.add_session_config_entry(k, str(v))
     options = {"backend_path": htp_backend_path(), "soc_model": str(soc.sim_soc_id)}
     options.update({k: str(v) for k, v in (provider_options or {}).items()})

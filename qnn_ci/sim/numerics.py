@@ -65,8 +65,12 @@ class NumericsResult:
 def cpu_session(model: Path) -> Any:
     import onnxruntime as ort
 
+    from qnn_ci.sim.quantize import QDQ_SESSION_CONFIG
+
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    for k, v in QDQ_SESSION_CONFIG.items():
+        so.add_session_config_entry(k, v)
     return ort.InferenceSession(str(model), sess_options=so, providers=["CPUExecutionProvider"])
 
 

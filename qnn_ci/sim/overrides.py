@@ -11,6 +11,7 @@ from the input and weight scales.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ class OverrideSet:
     applied: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)     # names the model does not have
     skipped: dict[str, str] = field(default_factory=dict)  # name -> why
+    float_tensors: list[str] = field(default_factory=list)  # float encodings: kept float
 
 
 def _quant_type(bitwidth: int, zero_point: int) -> Any:
@@ -40,10 +42,14 @@ def _quant_type(bitwidth: int, zero_point: int) -> Any:
     return None
 
 
-def _one(enc: Any) -> tuple[dict[str, Any] | None, str]:
+def _is_float(enc: Any) -> bool:
+    return str(getattr(enc, "dtype", "int")).lower() == "float"
+
+
+def _one(enc: Any, is_param: bool = False) -> tuple[dict[str, Any] | None, str]:
     """One AIMET encoding -> one override dict, or None and the reason."""
-    if str(getattr(enc, "dtype", "int")).lower() == "float":
-        return None, "a float encoding (kept float: the simulator path quantizes everything)"
+    if _is_float(enc):
+        return None, "a float encoding mixed with integer ones"
     enc_type = str(getattr(enc, "enc_type", "PER_TENSOR") or "PER_TENSOR").upper()
     if enc_type not in ("PER_TENSOR", "PER_CHANNEL"):
         return None, f"{enc_type} encodings are not supported on the simulator path"
@@ -54,12 +60,22 @@ def _one(enc: Any) -> tuple[dict[str, Any] | None, str]:
         lo, hi = getattr(enc, "min", None), getattr(enc, "max", None)
         if lo is None or hi is None:
             return None, "no scale/offset and no min/max"
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            return None, f"min {lo} / max {hi} is no range"
         qt = _quant_type(bitwidth, 0)
         if qt is None:
             return None, f"{bitwidth}-bit encodings are not supported here"
         return {"quant_type": qt, "rmin": float(lo), "rmax": float(hi)}, ""
+    if not (math.isfinite(scale) and scale > 0 and math.isfinite(offset)):
+        return None, f"scale {scale} / offset {offset}: not a positive scale and finite offset"
     zero_point = -round(float(offset))
-    qt = _quant_type(bitwidth, zero_point)
+    if is_param and bitwidth == 16 and zero_point == 1 << 15 and getattr(enc, "symmetric", None):
+        zero_point = 0                      # symmetric: the signed grid, zero point 0
+        from onnxruntime.quantization import QuantType
+
+        qt = QuantType.QInt16
+    else:
+        qt = _quant_type(bitwidth, zero_point)
     if qt is None:
         return None, f"{bitwidth}-bit encoding with offset {offset} has no QDQ type"
     from onnxruntime.quantization.quant_utils import ONNX_TYPE_TO_NP_TYPE
@@ -90,13 +106,16 @@ def overrides_from_encodings(encodings: Any, model: onnx.ModelProto) -> Override
         if not encs:
             out.skipped[name] = "empty encoding list"
             continue
+        if all(_is_float(e) for e in encs):
+            out.float_tensors.append(name)
+            continue
         if is_param and int(getattr(encs[0], "bitwidth", 0) or 0) >= 32:
             out.skipped[name] = "32-bit (bias): derived by the quantizer"
             continue
         dicts: list[dict[str, Any]] = []
         reason = ""
         for enc in encs:
-            d, reason = _one(enc)
+            d, reason = _one(enc, is_param)
             if d is None:
                 break
             dicts.append(d)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 import onnx
 
 from qnn_ci.errors import UserError
+from qnn_ci.prequantized import refuse_quantized
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.constants import fold_constants
 from qnn_ci.sim.fusion import fuse_batchnorm
@@ -27,6 +28,12 @@ from qnn_ci.sim.overrides import OverrideSet, overrides_from_encodings
 from qnn_ci.sim.samples import Feeds
 
 log = logging.getLogger(__name__)
+
+# onnxruntime (1.20+) quantizes, when a session is made, the float weights of a
+# Conv/Gemm whose input is dequantized (8-bit, per tensor): a node the encodings keep
+# float would be measured 8-bit. Every session that runs a QDQ model made here
+# (onnxruntime CPU, the HTP simulator) sets this.
+QDQ_SESSION_CONFIG = {"optimization.disable_specified_optimizers": "WeightBiasQuantization"}
 
 _CALIBRATION = {"min-max": "MinMax", "minmax": "MinMax", "entropy": "Entropy",
                 "percentile": "Percentile"}
@@ -97,13 +104,15 @@ def _quant_types(s: QuantSettings) -> tuple[Any, Any]:
 @contextmanager
 def _quantizer_log(path: Path) -> Iterator[None]:
     """onnxruntime.quantization logs through the root logger (and would set up a
-    stderr handler of its own): send it to ``path`` while quantizing."""
+    stderr handler of its own), and its entropy / percentile calibrators print to
+    stdout: send both to ``path`` while quantizing."""
     root = logging.getLogger()
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     try:
-        yield
+        with open(path, "a", encoding="utf-8") as out, redirect_stdout(out):
+            yield
     finally:
         root.removeHandler(handler)
         handler.close()
@@ -151,6 +160,9 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
     start = time.monotonic()
     act_type, weight_type = _quant_types(settings)
     model = onnx.load(str(src))
+    # An already-quantized model (QDQ, QOperator, dynamic): one line saying so, not
+    # a second quantization into a broken model (qnn_ci.prequantized).
+    refuse_quantized(model, file=src)
     folded = fold_constants(model) if fold else 0
     fused = fuse_batchnorm(model) if fuse else 0
     findings = _notes(settings)
@@ -170,6 +182,9 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
 
         overrides = overrides_from_encodings(read_encodings(settings.overrides), model)
         findings += _override_findings(overrides, settings.overrides)
+    keep_float = float_nodes(model, overrides.float_tensors) if overrides else []
+    if keep_float:
+        findings.append(_float_finding(keep_float, settings.overrides))
     method_name = _CALIBRATION.get((settings.act_calibration or "min-max").lower(), "MinMax")
     dst.parent.mkdir(parents=True, exist_ok=True)
     stem = dst.name.removesuffix(".onnx").removesuffix(".qdq")
@@ -181,7 +196,8 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
             calibrate_method=getattr(CalibrationMethod, method_name),
             activation_type=act_type, weight_type=weight_type,
             per_channel=settings.per_channel or settings.weights_bitwidth == 4,
-            init_overrides=overrides.overrides if overrides and overrides.overrides else None)
+            init_overrides=overrides.overrides if overrides and overrides.overrides else None,
+            nodes_to_exclude=keep_float or None)
         if method_name == "Percentile" and settings.percentile is not None:
             config.extra_options["CalibPercentile"] = float(settings.percentile)
         quantize(str(folded_path), str(dst), config)
@@ -189,6 +205,34 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
                   if o.domain in ("", "ai.onnx")), None)
     return QuantizeResult(dst, folded, len(samples), findings, overrides, opset,
                           time.monotonic() - start)
+
+
+def float_nodes(model: onnx.ModelProto, tensors: Sequence[str]) -> list[str]:
+    """The names of the nodes producing ``tensors`` (float encodings: the converter
+    keeps those ops float), in graph order. An unnamed producer is given a name
+    (``<op>__<first output>``) in ``model`` so the quantizer can exclude it."""
+    wanted = set(tensors)
+    names = {n.name for n in model.graph.node if n.name}
+    out: list[str] = []
+    for node in model.graph.node:
+        if not wanted.intersection(node.output):
+            continue
+        if not node.name:
+            base = f"{node.op_type}__{node.output[0]}"
+            name, k = base, 1
+            while name in names:
+                name, k = f"{base}_{k}", k + 1
+            node.name = name
+            names.add(name)
+        out.append(node.name)
+    return out
+
+
+def _float_finding(nodes: list[str], path: Path | None) -> Finding:
+    shown = ", ".join(nodes[:5]) + (f" (+{len(nodes) - 5} more)" if len(nodes) > 5 else "")
+    source = path.name if path is not None else "the encodings"
+    return Finding("sim.overrides.float", f"{len(nodes)} node(s) kept float as {source} asks "
+                   f"(float encodings on their outputs): {shown}", Severity.INFO)
 
 
 def _unfused_batchnorm(model: onnx.ModelProto) -> list[Finding]:

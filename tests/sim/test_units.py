@@ -201,6 +201,33 @@ def test_attribute_log_joins_ep_made_ops_and_retries_to_their_node() -> None:
     assert [r.name for r in unmatched] == ["somewhere_else"]
 
 
+def test_unnamed_nodes_in_the_log_map_to_their_graph_position() -> None:
+    """The EP logs a nameless node as <op type><graph index> (`_2` on a retry); the
+    `Unsupported nodes` line gives such nodes an empty name, which names nothing."""
+    log = ("[W:onnxruntime:, m.cc:565 C] QNN.backendValidateOpConfig() failed for node "
+           "`Cast1` of type `Cast` with error code 3110\n"
+           "[W:onnxruntime:, m.cc:565 C] QNN.backendValidateOpConfig() failed for node "
+           "`Cast3_2` of type `Cast` with error code 3110\n"
+           "[W:onnxruntime:, m.cc:565 C] QNN.backendValidateOpConfig() failed for node "
+           "`_ort_qnn_ep_convert` of type `Convert` with error code 3110\n"
+           "[E:onnxruntime:, q.cc:1 G] Unsupported nodes in QNN EP: { name: , type: Cast }"
+           "{ name: , type: Cast }, \n")
+    parsed = parse_ep_log(log)
+    assert [r.name for r in parsed.rejected] == ["Cast1", "Cast3_2", "_ort_qnn_ep_convert"]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Cast", ["r"], ["c"], to=TensorProto.FLOAT16),
+             helper.make_node("Relu", ["c"], ["r2"], name="named"),
+             helper.make_node("Cast", ["r2"], ["y"], to=TensorProto.FLOAT)]
+    model = helper.make_model(helper.make_graph(nodes, "g", [], []))
+    merged, unmatched = attribute_log(parsed.rejected, {"Relu0": "Relu", "Cast1": "Cast",
+                                                        "named": "Relu", "Cast3": "Cast"}, model)
+    assert set(merged) == {"Cast1", "Cast3"}
+    assert all(r.error_code == 3110 for r in merged.values())
+    assert [r.name for r in unmatched] == ["_ort_qnn_ep_convert"]   # made for no known node
+    assert "node 'Cast3' (unnamed node #3) of type Cast" in RejectedNode(
+        "Cast3", op_type="Cast", index=3).describe()
+
+
 def test_parse_ep_log_of_a_clean_run_is_empty() -> None:
     parsed = parse_ep_log("[W:onnxruntime:, x.cc:1 F] File mapped weights feature is only "
                           "available on Windows arm64 devices\n")
@@ -295,7 +322,7 @@ def test_overrides_from_encodings_map_offsets_types_and_channels() -> None:
     from onnxruntime.quantization import QuantType
 
     assert o.applied == ["x", "w"] and o.unknown == ["ghost"]
-    assert set(o.skipped) == {"y", "bias"}
+    assert set(o.skipped) == {"bias"} and o.float_tensors == ["y"]   # y: kept float
     x = o.overrides["x"][0]
     assert x["quant_type"] == QuantType.QUInt16 and x["zero_point"] == 32768
     assert float(x["scale"]) == pytest.approx(1e-4)
