@@ -5,6 +5,11 @@ onnxruntime-qnn's HTP simulator/graph preparer for the SoC with CPU fallback
 disabled, and (with --calibration) runs the prepared graph against fp32
 onnxruntime CPU. Exit 0 prepared (and within thresholds), 1 rejected or out of
 thresholds, 2 bad input.
+
+With --diagnose (needs --calibration) the numeric check is diagnosed whether it
+passed or not: attribution (quantization / htp / both / none), the first
+diverging layer, the worst jumps and measured recipes (``qnn_ci.diagnose.sim``);
+the exit status stays the check's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ answer (does every node go to the HTP?) holds, numbers are not checked.
 Needs onnxruntime-qnn: pip install 'qnn-ci[sim]'.
 """
 RANDOM_SAMPLES = 2
+DEFAULT_BUDGET_S = 600.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comparison bound (repeatable; default cosine=0.99)")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="artefact folder (default ./qnn-ci-out/<model>)")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="diagnose the numeric check: where the error enters (attribution, "
+                             "first diverging layer) and which setting fixes it (needs "
+                             "--calibration)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="time budget of the diagnosis and its recipe advisor "
+                             f"(default {DEFAULT_BUDGET_S:.0f})")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -100,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
     soc = sim_target(args.soc, key="--soc")      # before anything runs
     if args.samples < 1:
         raise UserError("--samples must be at least 1")
+    if args.diagnose and not args.calibration:
+        raise UserError("--diagnose needs --calibration: random data cannot diagnose numerics "
+                        "(give real samples as an input list)", key="--diagnose")
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise UserError(f"--budget must be a positive number of seconds, got {args.budget}",
+                        key="--budget")
     reason = sim_unavailable()
     if reason:
         raise UserError(reason)
@@ -141,6 +160,12 @@ def _run(args: argparse.Namespace, soc: Any, out_dir: Path) -> int:
     passed = report.passed and (numerics is None or numerics.passed)
     result = report.to_dict() | {"passed": passed, "out_dir": str(out_dir),
                                  "numerics": numerics.to_dict() if numerics else None}
+    diagnosis = None
+    if args.diagnose:
+        diagnosis = _diagnose(args, model, report, numerics, samples,
+                              test if test is not None else samples[:args.samples],
+                              settings, thresholds, soc, out_dir)
+        result["diagnosis"] = diagnosis.to_dict() if diagnosis is not None else None
     if numerics is not None and test is None:
         result["numerics"]["sample_source"] = "calibration"
     (out_dir / "sim_report.json").write_text(json.dumps(result, indent=2, default=str),
@@ -150,7 +175,46 @@ def _run(args: argparse.Namespace, soc: Any, out_dir: Path) -> int:
         sys.stdout.write("\n")
     else:
         _print_human(report, numerics, test is None, passed)
+        if args.diagnose:
+            _print_diagnosis(diagnosis)
     return 0 if passed else 1
+
+
+def _diagnose(args: argparse.Namespace, model: Path, report: Any, numerics: Any,
+              calibration: Any, held: Any, settings: Any, thresholds: Any, soc: Any,
+              out_dir: Path) -> Any:
+    """The diagnosis of the numeric check, or None when there is no check to
+    diagnose (the model did not prepare). Progress lines go to stderr."""
+    import logging
+
+    from qnn_ci.diagnose.sim import diagnose_sim
+
+    if numerics is None or report.quantize is None:
+        return None
+    # With -v the library's INFO log already shows each line.
+    quiet = logging.getLogger("qnn_ci").isEnabledFor(logging.INFO)
+
+    def progress(line: str) -> None:
+        if not quiet:
+            print(f"qnn-ci sim: {line}", file=sys.stderr, flush=True)
+
+    budget = args.budget if args.budget is not None else DEFAULT_BUDGET_S
+    return diagnose_sim(float_model=model, qdq_model=report.quantize.model,
+                        ctx_model=report.prepare.ctx_model if report.prepare else None,
+                        soc=soc, numerics=numerics, calibration=calibration, held_out=held,
+                        settings=settings, thresholds=thresholds,
+                        out_dir=out_dir / "diagnosis", budget_s=budget, progress=progress)
+
+
+def _print_diagnosis(diagnosis: Any) -> None:
+    from qnn_ci.diagnose.text import text_lines
+
+    if diagnosis is None:
+        print("diagnosis: not run: the model did not prepare for the HTP, so there is no "
+              "numeric check to diagnose (fix the prepare first)")
+        return
+    for line in text_lines(diagnosis):
+        print(line)
 
 
 def _fmt(value: float | None, metric: str) -> str:

@@ -47,6 +47,7 @@ class LayerMetrics:
     crosses: bool = False               # crosses the export's bound
     jump: float | None = None           # how much the error grows at this node:
     #                                     worst input's cosine - this tensor's cosine
+    note: str = ""                      # e.g. "not in the quantized model" / a fused node
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -175,6 +176,8 @@ def recipe_line(r: Recipe) -> str:
     qdq = ""
     if r.qdq_worst and r.measured_on != "qdq-cpu":
         qdq = " (QDQ on CPU " + ", ".join(str(_num(v)) for v in r.qdq_worst.values()) + ")"
+    if not r.worst:                      # listed, not measured (the note says why)
+        return f"{keys or r.name} → not measured"
     verdict = "passes" if r.passes else "still fails"
     return f"{keys or r.name} → {worst}{qdq} — {verdict}"
 
