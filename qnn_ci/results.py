@@ -57,9 +57,14 @@ class StageResult:
         return [f for f in self.findings if f.severity == Severity.ERROR]
 
     def failure_text(self) -> str:
+        """The summary, each error finding, and a diagnosis of a numeric failure
+        (where the error enters and what fixes it, ``data["diagnosis_text"]``)."""
         lines = [self.summary] if self.summary else []
         lines += [f"- [{f.check}] {f.message}" for f in self.errors()
                   if f.message not in self.summary]
+        diagnosis = self.data.get("diagnosis_text")
+        if isinstance(diagnosis, str) and diagnosis:
+            lines.append(diagnosis)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

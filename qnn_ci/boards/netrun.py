@@ -181,7 +181,7 @@ class BoardRun:
         return env
 
     # -- running -------------------------------------------------------------------
-    def net_run_argv(self, backend: str, native: bool) -> list[str]:
+    def net_run_argv(self, backend: str, native: bool, debug: bool = False) -> list[str]:
         lib = BACKEND_LIBS.get(backend)
         if lib is None:
             raise UserError(f"unknown backend {backend!r}; use one of "
@@ -190,10 +190,14 @@ class BoardRun:
                 "--backend", posixpath.join(self.board.qnn_lib_dir, lib),
                 "--input_list", self.list_remote,
                 "--output_dir", posixpath.join(self.remote_dir, f"out_{backend}")]
-        return argv + (["--use_native_output_files"] if native else [])
+        return argv + (["--use_native_output_files"] if native else []) \
+            + (["--debug"] if debug else [])
 
-    def run_backend(self, backend: str, *, native: bool = False) -> BackendOutcome:
-        argv = self.net_run_argv(backend, native)
+    def run_backend(self, backend: str, *, native: bool = False,
+                    debug: bool = False) -> BackendOutcome:
+        """One qnn-net-run; ``debug`` adds ``--debug`` (every layer's output is written
+        beside the graph outputs, pulled the same way)."""
+        argv = self.net_run_argv(backend, native, debug)
         log.info("board %s: %s", self.board.name, " ".join(argv))
         res = self.transport.run(argv, timeout=self.timeout, env=self.env(),
                                  cwd=self.remote_dir)
@@ -264,8 +268,11 @@ def run_on_board(transport: Transport, board: BoardConfig, *, library: Path,
                  backends: tuple[str, ...] = ("cpu", "htp"), native: bool = False,
                  workdir: Path, timeout: float | None = None,
                  max_samples: int | None = None, library_sdk_version: str | None = None,
-                 expected_outputs: list[ExpectedOutput] | None = None) -> NetRunResult:
-    """Push, run every backend, pull, check the result files, clean up.
+                 expected_outputs: list[ExpectedOutput] | None = None,
+                 debug: bool = False) -> NetRunResult:
+    """Push, run every backend, pull, check the result files, clean up. With
+    ``debug`` every backend runs with ``--debug`` (per-layer outputs; pass
+    ``expected_outputs`` so only the graph outputs are checked).
 
     Raises UserError for a bad local input list; a board problem (unreachable,
     load failure, timeout, bad output) is a Finding in the result."""
@@ -279,7 +286,7 @@ def run_on_board(transport: Transport, board: BoardConfig, *, library: Path,
                                                   timeout=run.short_timeout)
         result.findings += version_findings(board, result.board_version, library_sdk_version)
         for backend in backends:
-            outcome = run.run_backend(backend, native=native)
+            outcome = run.run_backend(backend, native=native, debug=debug)
             result.backends[backend] = outcome
             if not outcome.ok:
                 result.findings.append(Finding(outcome.failure or "board.execution",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qnn_ci.internal_error import crash_log
+from qnn_ci.report import diagnosis_summary
 from qnn_ci.results import StageResult, Status
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -54,6 +55,9 @@ def terminal_table(rows: list[Row], *, width: int | None = None) -> str:
             out.append(text)  # a failure is shown whole, with its findings
             out += [f"{'':22}- {f.message}" for f in r.errors()[:8]
                     if f.message not in r.summary]
+            diagnosis = diagnosis_summary.headline(r)
+            if diagnosis:
+                out.append(f"{'':22}{diagnosis}")
         else:
             out.append(text if len(text) <= width else text[: width - 1] + "…")
     counts = {s: sum(r.result.status == s for r in rows) for s in Status}
@@ -67,10 +71,12 @@ def _cell(text: str, limit: int = 300) -> str:
 
 
 def markdown_summary(rows: list[Row], *, title: str = "qnn-ci", interrupted: str | None = None,
-                     internal_error: str | None = None) -> str:
-    """One table per export, exports with failures first; truncated to fit. An
-    ``interrupted`` run (the reason) or one that crashed (``internal_error``: the
-    one-line report) says so first."""
+                     internal_error: str | None = None, root: Path | None = None) -> str:
+    """One table per export, exports with failures first, then the diagnosis of each
+    failed numeric stage (links relative to ``root``, default the working folder);
+    truncated to fit. An ``interrupted`` run (the reason) or one that crashed
+    (``internal_error``: the one-line report) says so first."""
+    root = Path.cwd() if root is None else root
     by_export: dict[tuple[Path, str], list[Row]] = {}
     for row in rows:
         by_export.setdefault((row.manifest, row.export), []).append(row)
@@ -102,6 +108,9 @@ def markdown_summary(rows: list[Row], *, title: str = "qnn-ci", interrupted: str
             for f in r.result.errors()[:5]:
                 block.append(f"| | | ↳ {_cell(f.message, 200)} |")
         block.append("")
+        for r in failed_first:
+            if r.result.status == Status.FAILED:
+                block += diagnosis_summary.markdown_block(r.result, root=root)
         text = "\n".join(block) + "\n"
         if size + _size(text) > _BUDGET:
             omitted += 1

@@ -12,6 +12,10 @@ read from the convert stage's ``_net.json``) and outputs come back in ONNX order
 With ``native_outputs`` both backends write ``<tensor>_native.raw`` in the graph's
 own types (from the same ``_net.json``); quantized ones are dequantized with their
 scale/offset before anything is compared.
+
+A failed comparison is diagnosed (``diagnosis.enabled``, the default): attribution
+from these comparisons, then one ``qnn-net-run --debug`` run of the HTP backend for
+the per-layer report (``qnn_ci.diagnose.board``; docs/board-runs.md).
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from qnn_ci.boards.session import board_session
 from qnn_ci.errors import ToolError
-from qnn_ci.results import Finding, Severity, StageResult
+from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.spec import ExportSpec, Thresholds
 from qnn_ci.stage import Environment, Stage, StageContext
 from qnn_ci.stages import board_common
+from qnn_ci.stages.diagnosis_common import guarded, progress_logger
 from qnn_ci.transport.base import TransportError
 
 if TYPE_CHECKING:   # numpy (via these) only when the stage runs, not at load
@@ -140,6 +145,7 @@ class HtpVsCpuStage(Stage):
                 outputs_to_onnx_order(out_dir, out_shapes, layout)
         data: dict[str, Any] = {"board_run": nr.to_dict()}
         summary = board_common.first_error(findings)
+        diagnose: Any = None
         if cpu_dir is not None and htp_dir is not None and nr.reachable:
             truth_dir = write_reference_outputs(Path(shapes.artefacts["model"]), samples,
                                                 inputs, ctx.workdir / "out_fp32")
@@ -172,6 +178,14 @@ class HtpVsCpuStage(Stage):
                 " (advisory: float CPU backend)" if cpu_float else "")
             data |= {"comparison": comp.to_dict(),
                      "vs_fp32": {k: v.to_dict() for k, v in vs_truth.items()}}
+            if export.diagnosis.enabled and not (comp.passed and vs_truth["cpu"].passed):
+                diagnose = _Diagnose(ctx, board, truth=truth, htp=htp, cpu=vs_truth["cpu"],
+                                     cpu_float=cpu_float, expected=expected, steps=steps,
+                                     board_list=board_list, names=names, samples=samples,
+                                     inputs=inputs, net_json=net_json,
+                                     outputs={n: c for n, c in counts.items()},
+                                     library=Path(so_load.data["library"]),
+                                     sdk_version=so_load.data.get("sdk_version"))
             if summary is None:
                 summary = (f"HTP vs CPU on board {board.name}, {nr.samples} {which} "
                            f"sample(s): {comp.summary_line()}; accuracy rule "
@@ -183,9 +197,62 @@ class HtpVsCpuStage(Stage):
             out = nr.output_dir(backend)
             if out is not None:
                 artefacts[f"{backend}_outputs"] = str(out)
-        return board_common.finish(StageResult(
+        result = board_common.finish(StageResult(
             self.name, board_common.status_of(findings), summary or "no outputs to compare",
             findings, properties=properties, artefacts=artefacts, data=data), nr)
+        if diagnose is not None and result.status == Status.FAILED:
+            result = guarded(result, diagnose.run)
+        return result
+
+
+class _Diagnose:
+    """The board diagnosis of a failed comparison: attribution from the comparisons
+    made, then one ``qnn-net-run --debug`` run of the HTP backend on one sample for
+    the per-layer report (``qnn_ci.diagnose.board``); artefacts in
+    ``<stage folder>/diagnosis``."""
+
+    def __init__(self, ctx: StageContext, board: Any, **parts: Any) -> None:
+        self.ctx, self.board, self.p = ctx, board, parts
+
+    def run(self) -> Any:
+        from qnn_ci.boards.result_files import ExpectedOutput
+        from qnn_ci.compare import compare_sets, sanitize
+        from qnn_ci.diagnose.board import (
+            board_attribution,
+            debug_run,
+            diagnose_board,
+            load_feeds,
+        )
+
+        ctx, p, export = self.ctx, self.p, self.ctx.export
+        progress = progress_logger(export.name, HtpVsCpuStage.name)
+        # HTP vs fp32 judged by the export's thresholds (the stage's own HTP-vs-fp32
+        # comparison carries no bounds: the HTP-vs-CPU one is the gate).
+        judged = compare_sets(p["truth"], p["htp"], export.thresholds,
+                              expected=p["expected"], quant_steps=p["steps"])
+        attribution, detail = board_attribution(judged, p["cpu"], cpu_float=p["cpu_float"],
+                                                thresholds=export.thresholds)
+        progress(f"attribution {attribution}: {detail}")
+        failing = [o.name for o in judged.outputs if any(s.failed for s in o.samples)]
+        out_dir = ctx.workdir / "diagnosis"
+        float_files = [ExpectedOutput(n, sanitize(n), c) for n, c in p["outputs"].items()]
+
+        def run_debug() -> Any:
+            progress("qnn-net-run --debug on the HTP backend, 1 sample")
+            with board_session(self.board, ctx.env.environ) as transport:
+                return debug_run(transport=transport, board=self.board,
+                                 library=p["library"], input_list=p["board_list"],
+                                 input_names=p["names"], workdir=out_dir / "board",
+                                 expected=float_files or None,
+                                 library_sdk_version=p["sdk_version"])
+
+        net_json = p["net_json"]
+        return diagnose_board(
+            run_debug=run_debug, model=Path(ctx.upstream["static_shapes"].artefacts["model"]),
+            feeds=load_feeds(p["samples"][0], p["inputs"]),
+            net_json=Path(net_json) if net_json else None, thresholds=export.thresholds,
+            outputs=failing or list(p["outputs"]), attribution=attribution, detail=detail,
+            out_dir=out_dir)
 
 
 def float_exact(cpu_vs_fp32: Comparison, output_steps: Mapping[str, float] | None = None

@@ -1,7 +1,8 @@
 """Stage `sim_numerics`: run the graph `sim_npu` prepared on the HTP simulator
 for a few held-out samples and compare with fp32 onnxruntime CPU, with the
 same metrics, thresholds and messages as the board comparison. The simulator
-is slow, so the count is capped (manifest `sim.samples`)."""
+is slow, so the count is capped (manifest `sim.samples`). A failed comparison is
+diagnosed (``diagnosis.enabled``, the default: ``qnn_ci.diagnose.sim``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.stage import StageContext
+from qnn_ci.stages.diagnosis_common import guarded, progress_logger
 from qnn_ci.stages.sim_common import SimStage
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,34 @@ class SimNumericsStage(SimStage):
                      "sim_outputs": str(result.sim_dir)}
         if result.qdq_cpu_dir is not None:
             artefacts["qdq_cpu_outputs"] = str(result.qdq_cpu_dir)
-        return StageResult(self.name, status, summary, findings=findings,
-                           properties=properties, artefacts=artefacts,
-                           data={"comparison": result.comparison.to_dict()})
+        stage_result = StageResult(self.name, status, summary, findings=findings,
+                                   properties=properties, artefacts=artefacts,
+                                   data={"comparison": result.comparison.to_dict()})
+        if status == Status.FAILED and not result.passed and export.diagnosis.enabled:
+            stage_result = guarded(stage_result, lambda: self._diagnose(
+                ctx, soc, result, samples, inputs_from_data(cal.data["inputs"])))
+        return stage_result
+
+    def _diagnose(self, ctx: StageContext, soc: Any, numerics: Any, held_out: list[Any],
+                  inputs: Any) -> Any:
+        """Attribution, first diverging layer and (within the budget) the recipe
+        advisor for this failure (``qnn_ci.diagnose.sim``); artefacts in
+        ``<stage folder>/diagnosis``."""
+        from qnn_ci.diagnose.sim import diagnose_sim
+        from qnn_ci.sim.quantize import QuantSettings
+        from qnn_ci.sim.samples import load_samples
+
+        export = ctx.export
+        npu, cal = ctx.upstream["sim_npu"], ctx.upstream["calibration"]
+        calibration = load_samples(Path(cal.artefacts["input_list"]), inputs)
+        qdq = npu.artefacts.get("qdq_model")
+        if not qdq:
+            raise ValueError("sim_npu made no QDQ model (artefact qdq_model) to diagnose with")
+        return diagnose_sim(
+            float_model=Path(npu.data["float_model"]), qdq_model=Path(qdq),
+            ctx_model=Path(npu.artefacts["ctx_model"]), soc=soc, numerics=numerics,
+            calibration=calibration, held_out=held_out,
+            settings=QuantSettings.from_spec(export.quantization),
+            thresholds=export.thresholds, out_dir=ctx.workdir / "diagnosis",
+            budget_s=export.diagnosis.budget_s, advisor=export.diagnosis.advisor,
+            progress=progress_logger(export.name, self.name))

@@ -65,6 +65,7 @@ def test_run_text_output_and_junit_show_the_first_warnings(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.setenv("COLUMNS", "400")       # the table cuts rows to the terminal width
     manifest = _project(tmp_path)
     junit = tmp_path / "report.xml"
     code = main(["run", str(manifest), "--stage", "calibration", "--workdir",
