@@ -42,6 +42,11 @@ def file_digest(path: Path) -> str:
     return value
 
 
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: dataclasses as dicts, files by content (``digest``'s input)."""
+    return _jsonable(value)
+
+
 def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from qnn_ci import __version__
-from qnn_ci.cache import ResultStore, digest, file_digest
+from qnn_ci.cache import ResultStore, digest, file_digest, jsonable
 from qnn_ci.errors import UserError
+from qnn_ci.relocate import Roots, project_root, tokenize
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, Stage, StageContext
@@ -94,13 +93,18 @@ def _artefact_content(path: Path) -> Any:
     return None
 
 
-def content_digest(result: StageResult) -> str:
+def content_digest(result: StageResult, roots: Roots | None = None) -> str:
     """A digest of what a passed stage hands downstream: its artefacts' bytes (logs and
-    reports, which carry times, left out) and its data."""
+    reports, which carry times, left out) and its data, with the work folder and the
+    project named by token (``qnn_ci.relocate``): the same content at another path
+    has the same digest. A result that carries its digest already keeps it."""
+    if isinstance(result.data.get(CONTENT), str):
+        return str(result.data[CONTENT])
     files = {k: _artefact_content(Path(v)) for k, v in sorted(result.artefacts.items())
              if not (k == "report" or k.endswith("log"))}
-    return digest({"artefacts": files, "data": _stable(
-        {k: v for k, v in result.data.items() if k != CONTENT})})
+    data = _stable({k: v for k, v in result.data.items() if k != CONTENT})
+    return digest({"artefacts": files,
+                   "data": tokenize(data, roots) if roots is not None else data})
 
 
 def _stable(value: Any) -> Any:
@@ -146,6 +150,17 @@ class Pipeline:
         self.store = ResultStore()
         self._results: dict[tuple[str, str], StageResult] = {}
         self._keys: dict[tuple[str, str], str] = {}
+        self._roots: dict[Path, Roots] = {}
+
+    def roots(self, export: ExportSpec) -> Roots:
+        """Where this run's work folder and the export's project are: stored results
+        and cache keys name them by token (a work folder that travels)."""
+        folder = export.manifest.parent
+        known = self._roots.get(folder)
+        if known is None:
+            known = self._roots[folder] = Roots.of(self.env.workdir,
+                                                   project_root(folder))
+        return known
 
     # -- planning ---------------------------------------------------------------
     def plan(self, export: ExportSpec) -> list[Stage]:
@@ -222,29 +237,33 @@ class Pipeline:
         except Exception as exc:  # a bug in a stage: contained, never cached
             stage_dir.mkdir(parents=True, exist_ok=True)
             return self._crash(stage, ctx, exc)
-        cache_key = digest({
+        roots = self.roots(export)
+        cache_key = digest(tokenize(jsonable({
             "qnn_ci": __version__, "stage": stage_name, "version": stage.version,
             "export": export_settings(export, stage), "fingerprint": fingerprint,
             "upstream": {n: _identity(r, self._keys.get((export_name, n)))
                          for n, r in upstream.items()},
             "peers": {p: {n: _identity(res, self._keys.get((p, n))) for n, res in r.items()}
                       for p, r in peer_results.items()},
-        })
+        }), roots))
         self._keys[(export_name, stage_name)] = cache_key
         if self.env.use_cache:
             # A cached result needs no lock: result.json is replaced atomically, and a
             # run holding the lock with this key would have found it too.
-            cached = self.store.load(stage_dir, cache_key, this_run=self.env.run_token)
+            cached = self.store.load(stage_dir, cache_key, this_run=self.env.run_token,
+                                     roots=roots)
             if cached is not None:
                 log.info("%s::%s: cached (%s)", export_name, stage_name, cached.status)
                 return _timed_as_cached(cached, started)
         stage_dir.parent.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock  # only when a stage runs: a cached run needs none
+
         with FileLock(str(stage_dir.parent / f".{stage_name}.lock")):
             if self.env.use_cache or self.env.run_token:
                 cached = self.store.load(
                     stage_dir, cache_key,
                     run_token=None if self.env.use_cache else self.env.run_token,
-                    this_run=self.env.run_token)
+                    this_run=self.env.run_token, roots=roots)
                 if cached is not None:
                     log.info("%s::%s: cached (%s)", export_name, stage_name, cached.status)
                     return _timed_as_cached(cached, started)
@@ -257,13 +276,14 @@ class Pipeline:
             start = time.monotonic()
             result = self._run_stage(stage, ctx)
             if result.status == Status.PASSED:
-                result.data[CONTENT] = content_digest(result)
+                result.data[CONTENT] = content_digest(result, roots)
             result.duration_s = round(time.monotonic() - start, 3)
             result.properties.setdefault("duration_s", result.duration_s)
             if result.status == Status.PASSED or (
                     result.status == Status.FAILED and stage.cache_failures
                     and not result.data.get(NO_CACHE)):
-                self.store.save(stage_dir, cache_key, result, run_token=self.env.run_token)
+                self.store.save(stage_dir, cache_key, result, run_token=self.env.run_token,
+                                roots=roots)
             return result
 
     def _error(self, stage_name: str, exc: UserError, export: ExportSpec) -> StageResult:

@@ -49,6 +49,16 @@ class Roots:
         return {"workdir": self.workdir, "project": self.project}
 
 
+def project_root(folder: Path) -> Path:
+    """The project a manifest belongs to: its git repository's top folder (the
+    nearest folder above with a ``.git``), else the manifest's own folder."""
+    folder = folder.resolve()
+    for f in (folder, *folder.parents):
+        if (f / ".git").exists():
+            return f
+    return folder
+
+
 def _replace_folder(text: str, folder: str, token: str) -> str:
     """``folder`` -> ``token`` where it is a whole path prefix (followed by ``/``, an
     end of string or a non-path character), not a prefix of a longer name."""

@@ -1,0 +1,86 @@
+"""Pull-request runs: only what changed, and a cache that travels.
+
+Whole processes, as a CI job runs them, on a git repository of N tiny exports
+(``_workload``; the stages that run are static_shapes and calibration):
+
+- one model changed: ``qnn-ci run --changed-since HEAD`` over all N exports vs
+  ``qnn-ci run --export <that one>`` -- the honest yardstick is the run of the one
+  export alone (goal <= 1.2x). Before every single run the model gets new bytes, so
+  both sides really compute that export's stages.
+- a clone at another path with the first clone's work folder restored into it (as
+  the Action's actions/cache step does): its run vs the first, uncached run of all
+  N exports in the first clone (goal <= 5 %).
+
+    python benchmarks/pr_changed.py [--exports 50] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from _harness import NOISE_NOTE, Samples, clean_env, goal_line, paired, run_once, venv_bin
+from _workload import make_model, make_workload
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--exports", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    n = args.exports
+    env = clean_env()
+    qnn_ci = venv_bin("qnn-ci")
+    with tempfile.TemporaryDirectory() as tmp:
+        one = Path(tmp) / "clone-one"
+        make_workload(one, n)
+        git(one, "init", "-q", "-b", "main")
+        git(one, "-c", "user.email=b@example.com", "-c", "user.name=b", "add", "-A")
+        git(one, "-c", "user.email=b@example.com", "-c", "user.name=b", "commit", "-qm", "w")
+        work = one / ".qnn-ci"
+        first = Samples([run_once([qnn_ci, "run", "--workdir", str(work)], cwd=one, env=env)])
+
+        # A clone elsewhere, the work folder restored into it.
+        two = Path(tmp) / "elsewhere" / "clone-two"
+        subprocess.run(["git", "clone", "-q", str(one), str(two)], check=True)
+        shutil.copytree(work, two / ".qnn-ci")
+        travel = Samples([run_once([qnn_ci, "run", "--workdir", str(two / ".qnn-ci")],
+                                   cwd=two, env=env)])
+        out = subprocess.run([qnn_ci, "run", "--workdir", str(two / ".qnn-ci")], cwd=two,
+                             env=env, capture_output=True, text=True)
+        not_cached = [ln for ln in out.stdout.splitlines()
+                      if "PASS" in ln and "(cached)" not in ln]
+
+        changed = n // 2
+        counter = [0]
+
+        def change() -> None:     # new bytes for one model before every single run
+            counter[0] += 1
+            make_model(one / f"m{changed}.onnx", changed + 1000 * counter[0])
+
+        pr = [qnn_ci, "run", "--workdir", str(work), "--changed-since", "HEAD"]
+        alone = [qnn_ci, "run", "--workdir", str(work), "--export", f"e{changed}"]
+        res = paired(alone, pr, args.repeat, cwd=one, env=env, before=change)
+    print(f"pull-request runs over {n} tiny exports; {NOISE_NOTE}")
+    print("one export alone vs --changed-since with that one model changed "
+          "(paired, whole processes):")
+    print(res.describe("one export alone", f"--changed-since over {n} exports"))
+    print(f"first run of all {n} exports: {first.describe()}; a clone at another path "
+          f"with the work folder restored: {travel.describe()}; stages not cached there: "
+          f"{len(not_cached)}")
+    print(goal_line(f"--changed-since, 1 of {n} changed / that export alone", res.ratio,
+                    "<= 1.2x", res.ratio <= 1.2, unit="x"))
+    share = 100 * travel.median / first.median
+    print(goal_line("restored cache in another clone / first run", share, "<= 5 %",
+                    share <= 5.0 and not not_cached, unit=" %"))
+
+
+if __name__ == "__main__":
+    main()
