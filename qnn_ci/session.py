@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ class Options:
     exports: list[str] = field(default_factory=list)     # select by name (empty: all)
     stages: list[str] = field(default_factory=list)      # run only these (and needs)
     changed_since: str | None = None                     # only exports changed since REF
+    progress: Callable[[str], None] | None = None        # long stages' progress lines
 
 
 def make_environment(opts: Options, manifest: Manifest,
@@ -77,7 +79,7 @@ def make_environment(opts: Options, manifest: Manifest,
     # one run (check_unique_exports).
     return Environment(workdir=opts.workdir.resolve(), sdk_root=sdk_root, esdk_env=esdk,
                        boards=boards, board_override=board_override, use_cache=opts.use_cache,
-                       run_token=opts.run_token, environ=environ)
+                       run_token=opts.run_token, environ=environ, progress=opts.progress)
 
 
 @dataclass

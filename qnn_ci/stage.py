@@ -9,6 +9,7 @@ the engine (``qnn_ci.pipeline``) lists it in ``STAGE_ORDER``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,6 +30,8 @@ class Environment:
     use_cache: bool = True
     run_token: str = ""                             # shared by xdist workers of one run
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
+    # ^ where a long stage's progress lines go (the shell decides: stderr, or nothing)
 
     def export_dir(self, export: str) -> Path:
         return self.workdir / export

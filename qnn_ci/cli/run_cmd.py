@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print results as JSON")
 
 
+def _progress_sink() -> Callable[[str], None] | None:
+    """Long stages' progress (the diagnosis advisor) on stderr, unless logging at INFO
+    (-v) already says it."""
+    if log.isEnabledFor(logging.INFO):
+        return None
+
+    def sink(line: str) -> None:
+        print(f"  {line}", file=sys.stderr, flush=True)
+    return sink
+
+
 def _manifest_error_row(path: Path, exc: UserError) -> Row:
     result = StageResult("manifest", Status.ERROR, exc.oneline(),
                          findings=[Finding("manifest", exc.oneline())])
@@ -79,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     paths = find_manifests(args.manifests)
     opts = Options(workdir=args.workdir, sdk_root=args.sdk_root, board=args.board,
                    boards_file=args.boards_file, use_cache=not args.no_cache,
-                   exports=args.export, stages=args.stage, changed_since=args.changed_since)
+                   exports=args.export, stages=args.stage, changed_since=args.changed_since,
+                   progress=_progress_sink())
     # The report exists from the start: whatever happens next, it says what ran.
     writer = JUnitWriter(args.junit) if args.junit else None
     progress = Progress()

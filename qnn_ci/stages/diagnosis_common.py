@@ -22,11 +22,15 @@ TEXT_KEY = "diagnosis_text"        # StageResult.data key read by failure_text()
 JUMPS_SHOWN = 3
 
 
-def progress_logger(export: str, stage: str) -> Callable[[str], None]:
-    """The progress callback: one INFO line per phase / recipe (``qnn-ci -v`` shows
-    them; pytest shows them with ``--log-cli-level=INFO``)."""
+def progress_logger(export: str, stage: str,
+                    sink: Callable[[str], None] | None = None) -> Callable[[str], None]:
+    """The progress callback: one INFO line per phase / recipe, and the same line to
+    the shell's progress ``sink`` (``Environment.progress``: `qnn-ci run` prints it on
+    stderr by default; pytest shows the log with ``--log-cli-level=INFO``)."""
     def progress(line: str) -> None:
         log.info("%s::%s: diagnosis: %s", export, stage, line)
+        if sink is not None:
+            sink(f"{export}::{stage}: diagnosis: {line}")
     return progress
 
 

@@ -225,7 +225,7 @@ class _Diagnose:
         )
 
         ctx, p, export = self.ctx, self.p, self.ctx.export
-        progress = progress_logger(export.name, HtpVsCpuStage.name)
+        progress = progress_logger(export.name, HtpVsCpuStage.name, ctx.env.progress)
         # HTP vs fp32 judged by the export's thresholds (the stage's own HTP-vs-fp32
         # comparison carries no bounds: the HTP-vs-CPU one is the gate).
         judged = compare_sets(p["truth"], p["htp"], export.thresholds,

@@ -98,4 +98,4 @@ class SimNumericsStage(SimStage):
             settings=QuantSettings.from_spec(export.quantization),
             thresholds=export.thresholds, out_dir=ctx.workdir / "diagnosis",
             budget_s=export.diagnosis.budget_s, advisor=export.diagnosis.advisor,
-            progress=progress_logger(export.name, self.name))
+            progress=progress_logger(export.name, self.name, ctx.env.progress))

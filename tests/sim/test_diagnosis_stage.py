@@ -39,6 +39,9 @@ pytestmark = needs_sim
 STAGES = ("static_shapes", "calibration", "sim_npu", "sim_numerics")
 
 
+PROGRESS: list[str] = []      # the shell's progress sink (qnn-ci run prints it on stderr)
+
+
 def _run(tmp: Path, diagnosis: DiagnosisSpec) -> tuple[StageResult, ExportSpec]:
     model = collapse_model(tmp / "collapse.onnx")
     lst = write_samples(tmp / "data", collapse_samples(10, seed=1) + collapse_samples(2, seed=9),
@@ -49,7 +52,8 @@ def _run(tmp: Path, diagnosis: DiagnosisSpec) -> tuple[StageResult, ExportSpec]:
                         calibration=CalibrationSpec(input_list=lst, held_out=2),
                         target=TargetSpec(soc="QCS6490"), sim=SimSpec(samples=1),
                         diagnosis=diagnosis)
-    pipe = Pipeline([export], Environment(workdir=tmp / "work"), stages=load_stages(STAGES))
+    pipe = Pipeline([export], Environment(workdir=tmp / "work", progress=PROGRESS.append),
+                    stages=load_stages(STAGES))
     results = {r.stage: r for r in pipe.run_export("collapse")}
     assert results["sim_npu"].status == Status.PASSED, results["sim_npu"].failure_text()
     return results["sim_numerics"], export
@@ -100,6 +104,9 @@ def test_failing_sim_numerics_is_diagnosed(diagnosed: tuple[StageResult, ExportS
     md = markdown_summary([row])
     assert "- **attribution**: quantization" in md and "```yaml" in md
     assert "per_channel: true" in md and "[layers.csv](" in md
+    # progress on long work reached the shell, one line per phase / recipe
+    mine = [ln for ln in PROGRESS if ln.startswith("collapse::sim_numerics: diagnosis: ")]
+    assert len(mine) >= 3 and any("per_channel" in ln for ln in mine), PROGRESS
 
 
 def test_diagnosis_disabled_runs_nothing(tmp_path: Path) -> None:
