@@ -87,6 +87,9 @@ def _pin(model_path: Path, dims_args: list[str], out_dir: Path) -> Path:
     )
 
     model = load_model(model_path)
+    from qnn_ci.prequantized import refuse_quantized
+
+    refuse_quantized(model, file=model_path)    # name the user's file, not a pinned copy
     ios = graph_inputs(model)
     dims = parse_dims(dims_args, {io.name: io for io in ios})
     validate_dims(model, dims)

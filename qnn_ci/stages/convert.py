@@ -36,6 +36,7 @@ class ConvertStage(ConverterStage):
     # that is not planned): an encodings file for another model blocks the conversion.
     needs = ("static_shapes", "calibration", "encodings", "dry_run")
     gates = ("matches_original",)     # nothing is quantized before the surgery is checked
+    version = 2                       # 2: an already-quantized model is refused
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export

@@ -63,6 +63,7 @@ class DryRunStage(ConverterStage):
     settings = ("inputs", "quantization", "target", "sdk")
     needs = ("static_shapes",)
     gates = ("matches_original",)     # nothing is converted before the surgery is checked
+    version = 2                       # 2: an already-quantized model is refused
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export

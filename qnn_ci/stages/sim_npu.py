@@ -24,7 +24,7 @@ class SimNpuStage(SimStage):
     settings = ("quantization", "target")
     needs = ("static_shapes", "calibration")
     gates = ("matches_original",)     # nothing is quantized before the surgery is checked
-    version = 1
+    version = 2                       # 2: pre-quantized models refused; float overrides kept float
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         fp = super().fingerprint(ctx)

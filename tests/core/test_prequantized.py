@@ -217,6 +217,7 @@ def test_qnn_ci_sim_prints_one_line_and_exits_2(quantized: dict[str, Path],
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert "onnxruntime dynamic quantization" in lines[0]
     assert "DynamicQuantizeLSTM" in lines[0]
+    assert f"error: {quantized['dynamic']}: " in lines[0]   # the user's file, not a copy
 
 
 def test_sim_npu_stage_reports_the_model_as_bad_input(quantized: dict[str, Path],
