@@ -213,7 +213,7 @@ def _batch(items: list[tuple[int, np.ndarray, np.ndarray, int | None]],
             crr_l.append(np.einsum("ij,ij->i", rows_r, rows_r))
             ctt_l.append(np.einsum("ij,ij->i", rows_t, rows_t))
             cee_l.append(np.einsum("ij,ij->i", e, e))
-            maxabs_l.append(max(float(e.max()), -float(e.min())))
+            maxabs_l.append(float(np.abs(e, out=e).max()))    # e is scratch: one pass
             counts_l.append(rows_r.shape[0])
             length_l.append(rows_r.shape[1])
     counts = np.array(counts_l)

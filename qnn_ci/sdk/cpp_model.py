@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.listing import cut_text
 from qnn_ci.safe_read import MiB, iter_blocks, open_regular, safe_int
 from qnn_ci.tables import QNN_DATATYPES
 
@@ -110,7 +111,7 @@ class CppModel:
         if self.truncated:
             return self.truncated
         if self.untyped:
-            shown = ", ".join(self.untyped[:5]) + (" ..." if len(self.untyped) > 5 else "")
+            shown = cut_text(self.untyped, 5)
             return f"{len(self.untyped)} tensor(s) without a readable .dataType ({shown})"
         return None
 

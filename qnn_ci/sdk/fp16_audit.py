@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.listing import cut_text
 from qnn_ci.results import Finding, Severity
 from qnn_ci.safe_read import open_regular
 from qnn_ci.sdk.cpp_model import CPP_CAP, read_cpp_model
@@ -65,8 +66,8 @@ def audit_fp16(path: Path) -> Fp16Report:
         net = read_net_json(path)
         names = [t.name for t in net.tensors if t.data_type_code == FP16_CODE]
         untyped = [t.name for t in net.tensors if t.data_type_code is None]
-        incomplete = (f"{len(untyped)} tensor(s) without a data_type ({', '.join(untyped[:5])}"
-                      f"{' ...' if len(untyped) > 5 else ''})") if untyped else None
+        incomplete = (f"{len(untyped)} tensor(s) without a data_type "
+                      f"({cut_text(untyped, 5)})") if untyped else None
         return Fp16Report(str(path), names, len(net.tensors), list(net.problems), "json",
                           incomplete=incomplete, converter_output=bool(net.tensors))
     model = read_cpp_model(path)

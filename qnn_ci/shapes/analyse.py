@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from qnn_ci.listing import cut_text
 from qnn_ci.results import Finding, Severity
 from qnn_ci.shapes import fill as fill_mod
 from qnn_ci.shapes import opset as opset_mod
@@ -121,7 +122,7 @@ def _group_skips(skipped: list[tuple[str, str]]) -> list[Finding]:
         by_reason[reason].append(name)
     out = []
     for reason, names in by_reason.items():
-        shown = ", ".join(repr(n) for n in names[:5]) + (" ..." if len(names) > 5 else "")
+        shown = cut_text(names, 5, render=repr)
         out.append(Finding("shapes.fill_skipped",
                            f"{len(names)} tensor(s) not filled from onnxruntime ({shown}): "
                            f"{reason}", Severity.WARNING, names[0]))

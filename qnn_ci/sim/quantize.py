@@ -20,6 +20,7 @@ from typing import Any
 import onnx
 
 from qnn_ci.errors import UserError
+from qnn_ci.listing import cut_text
 from qnn_ci.prequantized import refuse_quantized
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.constants import fold_constants
@@ -249,7 +250,7 @@ def _override_findings(o: OverrideSet, path: Path) -> list[Finding]:
     out = [Finding("sim.overrides", f"{len(o.applied)} AIMET encoding(s) from {path.name} "
                    "applied as tensor overrides", Severity.INFO)]
     if o.unknown:
-        shown = ", ".join(o.unknown[:5]) + (" ..." if len(o.unknown) > 5 else "")
+        shown = cut_text(o.unknown, 5)
         out.append(Finding("sim.overrides.unknown", f"{len(o.unknown)} encoding(s) name tensors "
                            f"the model does not have (ignored): {shown}", Severity.WARNING))
     for name, why in o.skipped.items():
