@@ -313,6 +313,24 @@ def _write_outputs(environ: dict[str, str], lines: list[str]) -> None:
             fh.writelines(line + "\n" for line in lines)
 
 
+def copy_summary(environ: dict[str, str]) -> Path | None:
+    """This step's job summary, copied where a later step or job (a PR comment) can read
+    it: ``<workdir>/qnn-ci-summary.md``, uploaded with the work folder. None when
+    there is no summary."""
+    src = environ.get("GITHUB_STEP_SUMMARY")
+    if not src or not Path(src).is_file():
+        return None
+    dst = Path(environ.get("QNN_CI_WORKDIR") or ".qnn-ci") / "qnn-ci-summary.md"
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        text = Path(src).read_text("utf-8", errors="replace")
+        dst.write_text(text[:60000] + ("\n\n(cut: see the job summary)\n"
+                                       if len(text) > 60000 else ""), "utf-8")
+    except OSError:
+        return None
+    return dst.resolve()
+
+
 def run(environ: dict[str, str]) -> int:
     env = dict(environ)
     if environ.get("QNN_CI_ESDK_ENV"):
@@ -328,7 +346,9 @@ def run(environ: dict[str, str]) -> int:
     print("::endgroup::", flush=True)
     junit = Path(environ.get("QNN_CI_JUNIT", "qnn-ci-junit.xml"))
     counts = junit_counts(junit)
+    summary = copy_summary(environ)
     _write_outputs(environ, [f"junit-path={junit.resolve()}",
+                             *([f"summary-path={summary}"] if summary else []),
                              *(f"{key}={counts.get(key, 0)}"
                                for key in ("passed", "failures", "errors", "skipped", "tests")),
                              f"exit-code={code}"])

@@ -74,3 +74,15 @@ def test_unreadable_event_runs_everything(tmp_path: Path, capsys: pytest.Capture
     env = {"GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(tmp_path / "none")}
     assert changed_since(env) is None
     assert "::warning" in capsys.readouterr().out
+
+
+def test_summary_is_copied_into_the_work_folder(tmp_path: Path) -> None:
+    from qnn_ci.gha import copy_summary
+
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("## changed exports\n\n- **det**: model changed\n")
+    work = tmp_path / "work"
+    got = copy_summary({"GITHUB_STEP_SUMMARY": str(summary), "QNN_CI_WORKDIR": str(work)})
+    assert got == (work / "qnn-ci-summary.md").resolve()
+    assert got.read_text().startswith("## changed exports")
+    assert copy_summary({"QNN_CI_WORKDIR": str(work)}) is None
