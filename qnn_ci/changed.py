@@ -165,7 +165,8 @@ def _input_list_files(path: Path) -> list[Path]:
     return files
 
 
-def _file_reasons(export: ExportSpec, changed: set[Path]) -> list[str]:
+def _file_reasons(export: ExportSpec, changed: set[Path], memo_root: Path | None = None
+                  ) -> list[str]:
     base = export.manifest.parent
     reasons: list[str] = []
 
@@ -177,7 +178,8 @@ def _file_reasons(export: ExportSpec, changed: set[Path]) -> list[str]:
     from qnn_ci.model_signature import signature
 
     try:
-        model_files += [export.model.parent / n for n in signature(export.model).external_data]
+        sig = signature(export.model, memo_root)
+        model_files += [export.model.parent / n for n in sig.external_data]
     except Exception:     # an unreadable model: its file is still tracked
         log.debug("no signature for %s", export.model, exc_info=True)
     hit(model_files, "model changed")
@@ -222,10 +224,11 @@ def _qnn_ci_reason(repo: Path, commit: str, changed: set[Path]) -> str | None:
     return None
 
 
-def select(manifest_path: Path, exports: list[ExportSpec], raw_text: str | None, ref: str
-           ) -> Selection:
+def select(manifest_path: Path, exports: list[ExportSpec], raw_text: str | None, ref: str,
+           *, memo_root: Path | None = None) -> Selection:
     """The exports of one manifest whose inputs changed since ``ref``.
-    ``raw_text``: the manifest's current text (read again when None)."""
+    ``raw_text``: the manifest's current text (read again when None); ``memo_root``:
+    the work folder's memo (model signatures, as the manifest loader keeps them)."""
     import yaml
 
     repo = repository_of(manifest_path.parent)
@@ -245,7 +248,7 @@ def select(manifest_path: Path, exports: list[ExportSpec], raw_text: str | None,
         reasons = [everything] if everything else []
         reasons += _entry_reasons(export.name, now_own.get(export.name, {}), now_defaults,
                                   old_own.get(export.name), old_defaults)
-        reasons += _file_reasons(export, changed)
+        reasons += _file_reasons(export, changed, memo_root)
         if export.board:
             old = (old_boards or {}).get(export.board) if isinstance(old_boards, dict) \
                 else None

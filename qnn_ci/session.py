@@ -105,7 +105,8 @@ def open_pipeline(path: Path, opts: Options) -> Opened:
     if opts.changed_since:
         from qnn_ci.changed import select
 
-        sel = select(manifest.path, manifest.exports, None, opts.changed_since)
+        sel = select(manifest.path, manifest.exports, None, opts.changed_since,
+                     memo_root=opts.workdir.resolve() / MEMO_DIR)
         opened.selection = sel
         opened.deselected = {n: why for n, why in sel.deselected.items() if n in selected}
         opened.selected = [n for n in selected if n in sel.selected]
