@@ -32,6 +32,16 @@ def git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
+CLS = "pkg:rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+WIDTHS = (160, 192, 224, 256, 288, 320, 352, 384)
+GEN_IMAGES = "import numpy as np\n" + "".join(f'''
+def images_{w}(count):
+    rng = np.random.default_rng(0)
+    for _ in range(count):
+        yield {{"x": rng.uniform(-1, 1, size=(1, 3, 48, {w})).astype(np.float32)}}
+''' for w in WIDTHS)
+
+
 def commit(repo: Path) -> None:
     who = ["-c", "user.email=b@example.com", "-c", "user.name=b"]
     git(repo, "init", "-q", "-b", "main")
@@ -42,7 +52,7 @@ def commit(repo: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exports", type=int, default=50)
-    ap.add_argument("--travel-exports", type=int, default=12)
+    ap.add_argument("--travel-exports", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     n = args.exports
@@ -55,12 +65,20 @@ def main() -> None:
         work = one / ".qnn-ci"
         run_once([qnn_ci, "run", "--workdir", str(work)], cwd=one, env=env)   # fill
 
-        # The travelling cache: exports that name a SoC (simulator stages run).
+        # The travelling cache, on real exports: the PP-OCR classifier at a few input
+        # widths (distinct work each), for a SoC: the simulator stages run too.
         src = Path(tmp) / "travel-one"
-        manifest = make_workload(src, args.travel_exports)
-        manifest.write_text(manifest.read_text().replace(
-            "defaults:\n", "defaults:\n  target: {soc: QCS6490}\n  sim: {samples: 1}\n"
-            "  diagnosis: {enabled: false}\n", 1))
+        src.mkdir()
+        (src / "gens.py").write_text(GEN_IMAGES)
+        lines = ["defaults:", "  target: {soc: QCS6490}", "  sim: {samples: 1}",
+                 "  diagnosis: {enabled: false}",
+                 "exports:"]
+        for w in WIDTHS[:args.travel_exports]:
+            lines += [f"  - name: cls{w}", f"    model: {CLS}",
+                      f"    inputs: {{x: {{shape: [1, 3, 48, {w}]}}}}",
+                      f"    calibration: {{generator: 'gens:images_{w}', samples: 4, "
+                      "held_out: 1}"]
+        (src / "qnn-ci.yaml").write_text("\n".join(lines) + "\n")
         commit(src)
         ok = (0, 1)                       # a failed numeric check is cached work too
         first = Samples([run_once([qnn_ci, "run", "--workdir", str(src / ".qnn-ci")],
@@ -91,7 +109,7 @@ def main() -> None:
     print("one export alone vs --changed-since with that one model changed "
           "(paired, whole processes):")
     print(res.describe("one export alone", f"--changed-since over {n} exports"))
-    print(f"{args.travel_exports} exports with simulator stages: first run "
+    print(f"{args.travel_exports} real exports (PP-OCR classifier, simulator stages): first run "
           f"{first.describe()}; a clone at another path with the work folder restored: "
           f"{travel.describe()}; stage rows not cached there: {len(not_cached)}")
     print(goal_line(f"--changed-since, 1 of {n} changed / that export alone", res.ratio,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.listing import cut_text, shown
 from qnn_ci.results import Severity
 
 EPILOG = """\
@@ -245,15 +246,18 @@ def _print_prepare(p: Any, soc: Any) -> None:
         origin = p.origin_text()
         if origin:
             print(f"  {origin}")
-    print(f"rejected nodes: {len(p.rejected) or 'none'}")
-    for r in p.rejected[:50]:
+    # every node not on the HTP, each with the reason the EP logged (rejected) or not
+    print(f"nodes not on the HTP: {len(p.rejected) or 'none'}")
+    kept, more = shown(p.rejected, 50)
+    for r in kept:
         where = f" [assigned to {r.ep}]" if r.ep else ""
         print(f"  - {r.describe()}{where}")
-    if len(p.rejected) > 50:
-        print(f"  ... {len(p.rejected) - 50} more (see the JSON report)")
+    if more:
+        print(f"  (+{more} more: see the JSON report)")
     if p.log_only:
         print(f"the EP log also named {len(p.log_only)} that the session kept on the HTP or "
-              "that is no graph node: " + ", ".join(repr(r.name) for r in p.log_only[:10]))
+              "that is no graph node: "
+              + cut_text(p.log_only, 10, render=lambda r: repr(r.name)))
 
 
 def _print_human(report: Any, numerics: Any, on_calibration: bool, passed: bool) -> None:

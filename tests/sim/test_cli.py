@@ -66,7 +66,7 @@ def test_pinned_model_with_calibration_prints_the_report(capsys, graphs, tmp_pat
     assert "SoC:      QCS6490 (HTP v68, simulator id 93)" in out
     assert "arch:     v68 (binary soc_type=QCS6490, vtcm_size=2097152)" in out
     assert "nodes on HTP / total: 13 / 13" in out
-    assert "rejected nodes: none" in out
+    assert "nodes not on the HTP: none" in out
     assert f"context model:  {out_dir / 'dyn.static_ctx.onnx'}" in out
     assert f"context binary: {out_dir / 'dyn.static_ctx_qnn.bin'}" in out
     assert "numerics: 2 held-out sample(s)" in out
@@ -106,7 +106,7 @@ def test_fp16_graph_exit_1_on_qcs6490_naming_the_node_and_0_on_sm8550(capsys, gr
     total, on_htp, rejected, other = map(int, m.groups())
     assert on_htp + rejected + other == total and rejected == 2 and other == 0
     assert f"nodes on HTP / total: {on_htp} / {total}" in out
-    assert "rejected nodes: 2\n" in out
+    assert "nodes not on the HTP: 2\n" in out
     assert out.count("  - node ") == 2
     # The Convert op the EP made for cast_in is named with it, not counted as a node.
     assert "- node 'cast_in_ort_qnn_ep_convert'" not in out
