@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from qnn_ci.stage import Environment
 
 log = logging.getLogger(__name__)
@@ -155,6 +153,8 @@ def claim(env: Environment, stage: str, key: str, export: str) -> Iterator[Claim
     base = env.workdir / SHARED_DIR / stage
     base.mkdir(parents=True, exist_ok=True)
     folder = base / key
+    from filelock import FileLock  # only when work is claimed: a cached run needs none
+
     with FileLock(str(base / f"{key}.lock")):
         full = _read(folder)
         if full is not None and not _usable(full, folder, env):

@@ -37,8 +37,6 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import filelock
-
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
 from qnn_ci.transport.base import DiskFullError, Transport
@@ -175,6 +173,8 @@ def _read_owner(owner_file: Path) -> LockInfo | None:
 @contextmanager
 def _runner_lock(board: BoardConfig, lock_dir: Path, deadline: float, timeout: float,
                  progress_s: float) -> Iterator[None]:
+    import filelock  # when a board is used: loading the board stages needs none of it
+
     lock_dir.mkdir(parents=True, exist_ok=True)
     base = lock_dir / _safe_name(board.name)
     owner_file = base.with_name(base.name + ".owner")

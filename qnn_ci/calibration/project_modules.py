@@ -19,8 +19,8 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
-import importlib.metadata
 import logging
+import os
 import site
 import sys
 import sysconfig
@@ -209,6 +209,8 @@ def _import_closure(module: str, base: Path) -> Closure | None:
 
 @functools.cache
 def _distributions() -> dict[str, list[str]]:
+    import importlib.metadata  # ~35 ms of imports: only when versions are read
+
     try:
         return dict(importlib.metadata.packages_distributions())
     except Exception:   # broken metadata of some installed package: no versions
@@ -219,6 +221,8 @@ def _distributions() -> dict[str, list[str]]:
 @functools.cache
 def _version(dist: str) -> str | None:
     """A distribution's version, read once per process."""
+    import importlib.metadata  # ~35 ms of imports: only when versions are read
+
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -231,6 +235,8 @@ def _dists_of(top: str) -> tuple[str, ...]:
     distribution named like its module that says so in ``top_level.txt`` — costs one
     lookup; then every distribution's ``top_level.txt`` is read (a few ms); only a
     module no such file names pays for listing every installed file (~60-80 ms)."""
+    import importlib.metadata  # ~35 ms of imports: only when versions are read
+
     for name in {top, top.replace("_", "-")}:
         try:
             dist = importlib.metadata.distribution(name)
@@ -241,8 +247,12 @@ def _dists_of(top: str) -> tuple[str, ...]:
         except OSError:
             declared = []
         if not declared:    # no top_level.txt (meson/flit wheels): the installed files
-            declared = list({str(f).split("/", 1)[0].removesuffix(".py")
-                             for f in (dist.files or [])})
+            here = Path(str(dist.locate_file(top)))
+            if here.is_dir() or here.with_suffix(".py").is_file():
+                declared = [top]    # the module sits beside the metadata (one stat)
+            else:
+                declared = list({str(f).split("/", 1)[0].removesuffix(".py")
+                                 for f in (dist.files or [])})
         if top in declared:
             return (dist.metadata["Name"] or name,)
     declared_by = _top_level_index().get(top)
@@ -255,6 +265,8 @@ def _dists_of(top: str) -> tuple[str, ...]:
 def _top_level_index() -> dict[str, list[importlib.metadata.Distribution]]:
     """Top-level module -> the distributions whose ``top_level.txt`` names it (a few
     ms; distributions without that file are left to ``_distributions``)."""
+    import importlib.metadata  # ~35 ms of imports: only when versions are read
+
     index: dict[str, list[importlib.metadata.Distribution]] = {}
     try:
         for dist in importlib.metadata.distributions():
@@ -269,9 +281,40 @@ def _top_level_index() -> dict[str, list[importlib.metadata.Distribution]]:
     return index
 
 
-def package_versions(top_level: tuple[str, ...]) -> dict[str, str]:
+def _installed_state() -> str:
+    """What changes when a package is installed, removed or upgraded: the
+    site-packages folders on ``sys.path`` and their modification times (pip adds and
+    removes ``*.dist-info`` folders there)."""
+    parts = [sys.version]
+    for entry in sys.path:
+        if not any(k in entry for k in _SKIP_PARTS):
+            continue              # project folders (the cwd) change on every run
+        try:
+            parts.append(f"{entry}:{os.stat(entry or '.').st_mtime_ns}")
+        except OSError:
+            parts.append(f"{entry}:-")
+    return "\n".join(parts)
+
+
+def package_versions(top_level: tuple[str, ...], memo_root: Path | None = None
+                     ) -> dict[str, str]:
     """``{distribution: version}`` for the third-party top-level modules (installed
-    versions are read once per process)."""
+    versions are read once per process; with ``memo_root``, remembered on disk until
+    a package is installed or removed)."""
+    from qnn_ci.memo import Memo, memo_key
+
+    memo = Memo(memo_root)
+    key = memo_key("package_versions", "1", _installed_state(), "\n".join(sorted(top_level)))
+    known = memo.get("package_versions", key) if memo_root is not None else None
+    if isinstance(known, dict) and all(isinstance(v, str) for v in known.values()):
+        return dict(known)
+    found = _package_versions(top_level)
+    if memo_root is not None:
+        memo.put("package_versions", key, found)
+    return found
+
+
+def _package_versions(top_level: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for top in top_level:
         for dist in _dists_of(top):

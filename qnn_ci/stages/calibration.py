@@ -32,6 +32,7 @@ from qnn_ci.calibration.sources import (
 from qnn_ci.calibration.state_inputs import state_inputs
 from qnn_ci.calibration.validate import SYNTHETIC_SIGNS, SyntheticCheck, validate_input_list
 from qnn_ci.errors import UserError
+from qnn_ci.memo import MEMO_DIR
 from qnn_ci.model_signature import TensorIO
 from qnn_ci.report.warning_lines import warning_properties, warning_texts
 from qnn_ci.results import Finding, Severity, StageResult, Status
@@ -183,8 +184,8 @@ class CalibrationStage(Stage):
                     files.setdefault("<generator>", Path(code.co_filename).resolve())
             label = closure.label if closure else str
             fp["generator_modules"] = {label(f): file_digest(f) for f in files.values()}
-            fp["generator_packages"] = package_versions(closure.third_party if closure
-                                                        else ())
+            fp["generator_packages"] = package_versions(
+                closure.third_party if closure else (), ctx.env.workdir / MEMO_DIR)
         if c.depends:
             fp["depends"] = depends_digests(c.depends, base, key=f"{key}.depends")
         if c.input_list:
