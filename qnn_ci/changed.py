@@ -115,18 +115,21 @@ def _show(repo: Path, commit: str, path: Path) -> str | None:
         return None
 
 
-def _old_entries(text: str | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]], Any]:
-    """(defaults, export name -> own entry, boards) of a manifest's text at REF."""
+def _entries(text: str | None, where: Path) -> tuple[dict[str, Any],
+                                                     dict[str, dict[str, Any]], Any] | None:
+    """(defaults, export name -> own entry, boards) of a manifest's text, read with
+    the manifest loader's limits; ``({}, {}, None)`` when there is no text, None when it
+    cannot be read."""
     if text is None:
         return {}, {}, None
-    import yaml
+    from qnn_ci.yaml_lines import load_yaml_text
 
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError:
-        return {}, {}, None
+        data, _lines = load_yaml_text(text, where)
+    except UserError:
+        return None
     if not isinstance(data, dict):
-        return {}, {}, None
+        return None
     exports = data.get("exports") if isinstance(data.get("exports"), list) else []
     own = {e["name"]: e for e in exports if isinstance(e, dict) and isinstance(
         e.get("name"), str)}
@@ -226,33 +229,35 @@ def _qnn_ci_reason(repo: Path, commit: str, changed: set[Path]) -> str | None:
 
 def select(manifest_path: Path, exports: list[ExportSpec], raw_text: str | None, ref: str,
            *, memo_root: Path | None = None) -> Selection:
-    """The exports of one manifest whose inputs changed since ``ref``.
+    """The exports of one manifest whose inputs changed since ``ref`` (the manifest at
+    ``ref`` is read with the manifest loader's limits: unreadable there selects all).
     ``raw_text``: the manifest's current text (read again when None); ``memo_root``:
     the work folder's memo (model signatures, as the manifest loader keeps them)."""
-    import yaml
-
     repo = repository_of(manifest_path.parent)
     commit = resolve_ref(repo, ref)
     changed = changed_paths(repo, commit)
     sel = Selection(ref, commit)
-    old_defaults, old_own, old_boards = _old_entries(_show(repo, commit, manifest_path))
+    old = _entries(_show(repo, commit, manifest_path), manifest_path)
+    unreadable = old is None
+    old_defaults, old_own, old_boards = old if old is not None else ({}, {}, None)
     text = raw_text if raw_text is not None else manifest_path.read_text("utf-8")
-    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-    now_defaults = data.get("defaults") or {}
-    now_own = {e["name"]: e for e in data.get("exports") or []}
-    now_boards = data.get("boards") or {}
+    now = _entries(text, manifest_path) or ({}, {}, None)
+    now_defaults, now_own = now[0], now[1]
+    now_boards = now[2] if isinstance(now[2], dict) else {}
     boards_file = manifest_path.parent / "qnn-boards.yaml"
     boards_file_changed = boards_file.resolve() in changed
     everything = _qnn_ci_reason(repo, commit, changed)
     for export in exports:
         reasons = [everything] if everything else []
+        if unreadable:
+            reasons.append(f"the manifest at {ref} cannot be read")
         reasons += _entry_reasons(export.name, now_own.get(export.name, {}), now_defaults,
                                   old_own.get(export.name), old_defaults)
         reasons += _file_reasons(export, changed, memo_root)
         if export.board:
-            old = (old_boards or {}).get(export.board) if isinstance(old_boards, dict) \
+            old_board = old_boards.get(export.board) if isinstance(old_boards, dict) \
                 else None
-            if now_boards.get(export.board) != old and export.board in now_boards:
+            if now_boards.get(export.board) != old_board and export.board in now_boards:
                 reasons.append(f"board {export.board} changed")
             elif boards_file_changed:
                 reasons.append("qnn-boards.yaml changed")

@@ -234,7 +234,14 @@ def _read(path: Path) -> str:
 
 def load_yaml_with_lines(path: Path) -> tuple[Any, dict[KeyPath, int]]:
     """(data, {key path: line}) for a YAML file; UserError on a read or syntax error."""
-    text = _read(path)
+    return load_yaml_text(_read(path), path)
+
+
+def load_yaml_text(text: str, path: Path) -> tuple[Any, dict[KeyPath, int]]:
+    """``load_yaml_with_lines`` for text already read (e.g. a file at a git revision);
+    ``path`` names it in errors. The same limits (aliases, depth, sizes) apply."""
+    if len(text) > MAX_BYTES:
+        raise UserError(f"more than {MAX_BYTES} characters of YAML", file=path)
     try:
         loader = _LOADERS[0](text, str(path))
         try:

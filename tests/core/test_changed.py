@@ -209,3 +209,20 @@ def test_pytest_deselects_unchanged_exports(repo: Path) -> None:
     assert "1 passed" in done.stdout and "deselected" in done.stdout, done.stdout
     assert "selected   listed: model changed" in done.stdout
     assert "deselected quiet: no input changed" in done.stdout
+
+
+def test_hostile_manifest_at_ref_selects_everything_quickly(repo: Path) -> None:
+    import time
+
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+    good = (repo / "qnn-ci.yaml").read_text()
+    (repo / "qnn-ci.yaml").write_text(bomb)
+    git(repo, "commit", "-qam", "a billion laughs")
+    (repo / "qnn-ci.yaml").write_text(good)
+    start = time.monotonic()
+    got = _select(repo)
+    assert time.monotonic() - start < 10
+    assert set(got) == {"gen", "listed", "down", "quiet"}
+    assert "the manifest at HEAD cannot be read" in got["listed"]
