@@ -33,8 +33,10 @@ from qnn_ci.spec import (
     DiagnosisSpec,
     ExportSpec,
     InputSpec,
+    LatencySpec,
     OriginalSpec,
     QuantizationSpec,
+    RegressionSpec,
     SdkSpec,
     SimSpec,
     TargetSpec,
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BOARDS_FILE = "qnn-boards.yaml"
+BASELINES_FILE = "qnn-baselines.yaml"
 METRICS = ("cosine", "snr", "psnr", "max_abs", "mean_abs")
 
 
@@ -107,6 +110,7 @@ class Manifest:
     exports: list[ExportSpec]
     boards: dict[str, Any] = field(default_factory=dict)   # name -> BoardConfig
     lines: dict[KeyPath, int] = field(default_factory=dict)
+    baselines: Path | None = None      # qnn-baselines.yaml (default: beside the manifest)
 
     def export(self, name: str) -> ExportSpec:
         for e in self.exports:
@@ -551,13 +555,22 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
                               budget_s=float(dg.get("budget_s", DiagnosisSpec.budget_s)),
                               advisor=dg.get("advisor", True))
     original = _original(ctx, kp, raw.get("original"))
+    lt = raw.get("latency") or {}
+    latency = LatencySpec(runs=lt.get("runs", LatencySpec.runs),
+                          perf_profile=lt.get("perf_profile", LatencySpec.perf_profile),
+                          enabled=lt.get("enabled", True))
+    rg = raw.get("regression") or {}
+    regression = RegressionSpec(tolerances={str(k): float(v) for k, v in
+                                            (rg.get("tolerances") or {}).items()},
+                                enabled=rg.get("enabled", True))
     return ExportSpec(
         name=name, model=model, manifest=ctx.path,
         line=line_of(ctx.lines, kp) or 1, inputs=inputs, opset=raw.get("opset"),
         calibration=calibration, quantization=quantization, target=target,
         thresholds=Thresholds(default=default, per_output=per_output),
         board=raw.get("board"), native_outputs=bool(raw.get("native_outputs", False)),
-        sdk=sdk, sim=sim, diagnosis=diagnosis, original=original, raw=raw)
+        sdk=sdk, sim=sim, diagnosis=diagnosis, original=original, latency=latency,
+        regression=regression, raw=raw)
 
 
 def _original(ctx: _Ctx, kp: KeyPath, value: Any) -> OriginalSpec | None:
@@ -677,7 +690,10 @@ def _load_manifest(path: Path, memo_dir: Path | None) -> Manifest:
             raise ctx.error(("exports", i, "board"),
                             f"board {e.board!r} is not declared{hint}; declared: "
                             f"{_names(boards)}")
-    return Manifest(path=path, exports=exports, boards=boards, lines=lines)
+    baselines = _resolve(ctx, ("baselines",), data.get("baselines"), "baselines file") \
+        or path.parent / BASELINES_FILE
+    return Manifest(path=path, exports=exports, boards=boards, lines=lines,
+                    baselines=baselines)
 
 
 def find_manifests(paths: list[str | Path]) -> list[Path]:

@@ -79,6 +79,19 @@ DEFAULT_ORIGINAL_COSINE = 0.999999
 
 
 @dataclass(frozen=True)
+class LatencySpec:
+    runs: int = 20                         # inferences timed on the board
+    perf_profile: str = "burst"            # qnn-net-run --perf_profile
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class RegressionSpec:
+    tolerances: dict[str, float] = field(default_factory=dict)   # metric -> tolerance
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class OriginalSpec:
     """The framework export before graph surgery (manifest ``original:``)."""
 
@@ -116,6 +129,8 @@ class ExportSpec:
     sim: SimSpec = field(default_factory=SimSpec)
     diagnosis: DiagnosisSpec = field(default_factory=DiagnosisSpec)
     original: OriginalSpec | None = None
+    latency: LatencySpec = field(default_factory=LatencySpec)
+    regression: RegressionSpec = field(default_factory=RegressionSpec)
     raw: dict[str, Any] = field(default_factory=dict)  # the merged YAML mapping, for hashing
 
     def pinned_dims(self) -> dict[str, tuple[int, ...]]:
