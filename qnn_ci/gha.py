@@ -238,6 +238,8 @@ def pytest_argv(environ: dict[str, str]) -> list[str]:
                      ("--qnn-boards-file", "QNN_CI_BOARDS_FILE")):
         if environ.get(var):
             argv.append(f"{opt}={environ[var]}")
+    if environ.get("QNN_CI_HTML"):
+        argv.append(f"--qnn-html={environ['QNN_CI_HTML']}")
     since = changed_since(environ)
     if since:
         argv.append(f"--qnn-changed-since={since}")
@@ -313,6 +315,16 @@ def _write_outputs(environ: dict[str, str], lines: list[str]) -> None:
             fh.writelines(line + "\n" for line in lines)
 
 
+def _summary_line(environ: dict[str, str], text: str) -> None:
+    path = environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError:
+            pass
+
+
 def copy_summary(environ: dict[str, str]) -> Path | None:
     """This step's job summary, copied where a later step or job (a PR comment) can read
     it: ``<workdir>/qnn-ci-summary.md``, uploaded with the work folder. None when
@@ -346,9 +358,14 @@ def run(environ: dict[str, str]) -> int:
     print("::endgroup::", flush=True)
     junit = Path(environ.get("QNN_CI_JUNIT", "qnn-ci-junit.xml"))
     counts = junit_counts(junit)
+    html = Path(environ["QNN_CI_HTML"]) if environ.get("QNN_CI_HTML") else None
+    if html is not None and html.is_file():
+        _summary_line(environ, f"\nHTML report: `{html}` (in this job's qnn-ci artifact)\n")
     summary = copy_summary(environ)
     _write_outputs(environ, [f"junit-path={junit.resolve()}",
                              *([f"summary-path={summary}"] if summary else []),
+                             *([f"html-report={html.resolve()}"]
+                               if html is not None and html.is_file() else []),
                              *(f"{key}={counts.get(key, 0)}"
                                for key in ("passed", "failures", "errors", "skipped", "tests")),
                              f"exit-code={code}"])

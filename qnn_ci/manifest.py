@@ -692,6 +692,8 @@ def _load_manifest(path: Path, memo_dir: Path | None) -> Manifest:
                             f"{_names(boards)}")
     baselines = _resolve(ctx, ("baselines",), data.get("baselines"), "baselines file") \
         or path.parent / BASELINES_FILE
+    exports = [dataclasses.replace(e, regression=dataclasses.replace(
+        e.regression, baselines=baselines)) for e in exports]
     return Manifest(path=path, exports=exports, boards=boards, lines=lines,
                     baselines=baselines)
 

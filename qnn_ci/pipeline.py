@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 STAGE_ORDER: tuple[str, ...] = (
     "static_shapes", "calibration", "matches_original", "encodings", "sim_npu",
     "sim_numerics", "dry_run", "convert", "contract", "fp16_gate", "model_lib", "so_load",
-    "htp_vs_cpu",
+    "htp_vs_cpu", "regression",
 )
 
 
@@ -68,7 +68,8 @@ def load_stages_for(selected: set[str]) -> dict[str, Stage]:
         tried.update(todo)
         for name, stage in load_stages(todo).items():
             loaded[name] = stage
-            want.update(n for n in (*stage.needs, *stage.peer_needs, *stage.gates)
+            want.update(n for n in (*stage.needs, *stage.peer_needs, *stage.gates,
+                                    *stage.reads)
                         if n in STAGE_ORDER)
     return {n: loaded[n] for n in STAGE_ORDER if n in loaded}
 
@@ -151,6 +152,9 @@ class Pipeline:
         self._results: dict[tuple[str, str], StageResult] = {}
         self._keys: dict[tuple[str, str], str] = {}
         self._roots: dict[Path, Roots] = {}
+        # the shell's selection (pytest -m / -k): export -> stages selected to run; a
+        # stage's `reads` are read only when selected (None: all are)
+        self.selected: dict[str, set[str]] | None = None
 
     def roots(self, export: ExportSpec) -> Roots:
         """Where this run's work folder and the export's project are: stored results
@@ -217,6 +221,10 @@ class Pipeline:
             res = self.result(export_name, gate)
             if res.status in (Status.FAILED, Status.ERROR):
                 return self._blocked(stage_name, f"{export_name}::{gate}", res)
+        chosen = None if self.selected is None else self.selected.get(export_name, set())
+        for name in stage.reads:   # whatever their status: read, never blocking
+            if name in self.stages and name in planned and (chosen is None or name in chosen):
+                upstream[name] = self.result(export_name, name)
         peer_results: dict[str, dict[str, StageResult]] = {}
         for peer in stage.peers(export):
             for need in stage.peer_needs:

@@ -55,6 +55,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qnn-changed-since", metavar="REF", default=None,
                     help="only the exports whose inputs changed since git REF; the others "
                          "are deselected (each with its reason in the qnn-ci summary)")
+    group.addoption("--qnn-html", metavar="PATH", default=None,
+                    help="write one self-contained HTML report of the qnn-ci items here "
+                         "(docs/report.md)")
+    group.addoption("--qnn-update-baselines", action="store_true", default=False,
+                    help="after the session, write what the numeric stages measured into "
+                         "each manifest's qnn-baselines.yaml (docs/baselines.md)")
     parser.addini("qnn_manifests", "manifest file names or globs to collect",
                   type="linelist", default=list(MANIFEST_NAMES))
     parser.addini("qnn_workdir", "work folder", default=DEFAULT_WORKDIR)
@@ -226,6 +232,11 @@ class InternalErrorItem(_OneLineItem):
 def pytest_collection_finish(session: pytest.Session) -> None:
     """A --qnn-export name that no collected manifest defines is a usage error."""
     opened = list(session.config.stash.get(_PIPELINES, {}).values())
+    for o in opened:   # what `reads` may read: the stages selected (-m, -k) per export
+        o.pipeline.selected = {}
+    for item in session.items:
+        if isinstance(item, StageItem):
+            item.pipeline.selected.setdefault(item.export.name, set()).add(item.name)  # type: ignore[union-attr]
     names = _option(session.config, "export") or []
     if opened and names:
         from qnn_ci.errors import UserError
@@ -393,6 +404,15 @@ class _Reporter:
         bad input (a manifest error, a wrong SDK root: Status.ERROR): 2."""
         if hasattr(self.config, "workerinput"):
             return
+        if self.config.getoption("--qnn-update-baselines"):
+            from qnn_ci.baselines_report import update_from_rows
+
+            lines, ok = update_from_rows(self.rows)
+            tr = self.config.pluginmanager.get_plugin("terminalreporter")
+            for line in lines if tr is not None else ():
+                tr.write_line(line, red=not ok)
+            if not ok and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = EXIT_BAD_INPUT
         if session.exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             return
         if self._internal_errors():
@@ -415,6 +435,25 @@ class _Reporter:
         return [o for o in self.config.stash.get(_PIPELINES, {}).values()
                 if o.selection is not None]
 
+    def _html(self, terminalreporter: Any) -> None:
+        """--qnn-html: the page from the collected rows (and the work folder's results:
+        the error histograms); a path that cannot be written is one red line."""
+        path = self.config.getoption("--qnn-html")
+        if not path:
+            return
+        from qnn_ci.errors import UserError
+        from qnn_ci.report.html_report import make_report
+        from qnn_ci.report.report_data import from_plugin_rows
+
+        workdir = _options(self.config).workdir
+        try:
+            make_report(from_plugin_rows(self.rows), Path(path),
+                        workdir=workdir if workdir.is_dir() else None)
+            terminalreporter.write_line(f"qnn-ci: HTML report written to {path}")
+        except UserError as exc:
+            terminalreporter.write_line(f"qnn-ci: HTML report not written: {exc.oneline()}",
+                                        red=True)
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if hasattr(self.config, "workerinput"):
             return
@@ -430,6 +469,7 @@ class _Reporter:
         from qnn_ci.report.summary import annotations, markdown_summary, terminal_table
 
         rows = self._rows()
+        self._html(terminalreporter)
         terminalreporter.write_sep("=", "qnn-ci summary")
         terminalreporter.write_line(terminal_table(rows))
         warned = self._warnings()

@@ -89,6 +89,7 @@ class LatencySpec:
 class RegressionSpec:
     tolerances: dict[str, float] = field(default_factory=dict)   # metric -> tolerance
     enabled: bool = True
+    baselines: Path | None = None   # the manifest's qnn-baselines.yaml (set by the loader)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,9 @@ class Stage:
     gates: ClassVar[tuple[str, ...]] = ()
     # ^ stages of the same export that must not have failed (when planned) for this one
     #   to run; unlike needs, not inputs: their results are not part of the cache key
+    reads: ClassVar[tuple[str, ...]] = ()
+    # ^ stages of the same export whose results this one reads whatever their status
+    #   (when planned; in ctx.upstream): they never block it (the regression check)
     settings: ClassVar[tuple[str, ...] | None] = None
     # ^ the ExportSpec fields the stage reads (its cache key); None: all of them
 

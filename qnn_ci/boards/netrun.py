@@ -25,6 +25,8 @@ from types import TracebackType
 from typing import Any
 
 from qnn_ci.boards.config import BoardConfig
+from qnn_ci.boards.latency import Latency
+from qnn_ci.boards.latency_run import LatencyRequest, measure_latency
 from qnn_ci.boards.netrun_failures import classify
 from qnn_ci.boards.result_files import ExpectedOutput, check_result_files
 from qnn_ci.boards.versions import BoardVersion, read_board_version, version_findings
@@ -71,6 +73,7 @@ class NetRunResult:
     board_version: BoardVersion | None = None
     library_sdk_version: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    latency: Latency | None = None
 
     @property
     def ok(self) -> bool:
@@ -90,6 +93,7 @@ class NetRunResult:
                 "board_qnn_version": self.board_version.version if self.board_version else None,
                 "board_version_source": self.board_version.source if self.board_version else None,
                 "library_sdk_version": self.library_sdk_version,
+                "latency": self.latency.properties() if self.latency else None,
                 "findings": [f.to_dict() for f in self.findings]}
 
 
@@ -181,7 +185,8 @@ class BoardRun:
         return env
 
     # -- running -------------------------------------------------------------------
-    def net_run_argv(self, backend: str, native: bool, debug: bool = False) -> list[str]:
+    def net_run_argv(self, backend: str, native: bool, debug: bool = False, *,
+                     output_dir: str | None = None) -> list[str]:
         lib = BACKEND_LIBS.get(backend)
         if lib is None:
             raise UserError(f"unknown backend {backend!r}; use one of "
@@ -189,7 +194,8 @@ class BoardRun:
         argv = [self.board.net_run, "--model", self.library_remote,
                 "--backend", posixpath.join(self.board.qnn_lib_dir, lib),
                 "--input_list", self.list_remote,
-                "--output_dir", posixpath.join(self.remote_dir, f"out_{backend}")]
+                "--output_dir",
+                output_dir or posixpath.join(self.remote_dir, f"out_{backend}")]
         return argv + (["--use_native_output_files"] if native else []) \
             + (["--debug"] if debug else [])
 
@@ -269,10 +275,12 @@ def run_on_board(transport: Transport, board: BoardConfig, *, library: Path,
                  workdir: Path, timeout: float | None = None,
                  max_samples: int | None = None, library_sdk_version: str | None = None,
                  expected_outputs: list[ExpectedOutput] | None = None,
-                 debug: bool = False) -> NetRunResult:
+                 debug: bool = False, latency: LatencyRequest | None = None) -> NetRunResult:
     """Push, run every backend, pull, check the result files, clean up. With
     ``debug`` every backend runs with ``--debug`` (per-layer outputs; pass
-    ``expected_outputs`` so only the graph outputs are checked).
+    ``expected_outputs`` so only the graph outputs are checked). With ``latency``,
+    once the HTP backend ran clean, its latency is measured
+    (``qnn_ci.boards.latency_run``; problems there are warnings).
 
     Raises UserError for a bad local input list; a board problem (unreachable,
     load failure, timeout, bad output) is a Finding in the result."""
@@ -296,6 +304,10 @@ def run_on_board(transport: Transport, board: BoardConfig, *, library: Path,
             result.findings += check_result_files(
                 outcome.output_dir, samples=len(samples), backend=backend, board=board.name,
                 expected=expected_outputs, native=native)
+        htp = result.backends.get("htp")
+        if latency is not None and htp is not None and htp.ok:
+            result.latency, found = measure_latency(run, latency, native=native)
+            result.findings += found
     except TransportError as exc:
         text = str(exc)
         if not text.startswith(f"board {board.name}"):

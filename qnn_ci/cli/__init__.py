@@ -43,6 +43,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("qnn_ci.cli.sim_cmd", "prepare (and run) a model on onnxruntime-qnn's HTP simulator"),
     "compare": ("qnn_ci.cli.compare_cmd", "compare two sets of outputs with per-output thresholds"),
     "schema": ("qnn_ci.cli.schema_cmd", "print the manifest's JSON Schema"),
+    "report": ("qnn_ci.cli.report_cmd", "write one self-contained HTML report of a run"),
+    "baseline": ("qnn_ci.cli.baseline_cmd", "update the baselines the regression check reads"),
+    "history": ("qnn_ci.cli.history_cmd", "keep a history of runs (JUnit) and show its trends"),
 }
 
 log = logging.getLogger("qnn_ci")

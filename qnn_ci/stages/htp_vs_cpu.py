@@ -53,7 +53,7 @@ class HtpVsCpuStage(Stage):
     name = "htp_vs_cpu"
     needs = ("so_load", "calibration", "static_shapes", "convert")
     marker = "qnn_board"
-    settings = ("board", "thresholds", "target", "native_outputs", "diagnosis")
+    settings = ("board", "thresholds", "target", "native_outputs", "diagnosis", "latency")
     cache_failures = False
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
@@ -63,6 +63,7 @@ class HtpVsCpuStage(Stage):
         return board_common.fingerprint(ctx)
 
     def run(self, ctx: StageContext) -> StageResult:
+        from qnn_ci.boards.latency_run import request_for
         from qnn_ci.boards.layout import board_inputs, board_layout, outputs_to_onnx_order
         from qnn_ci.boards.native_outputs import NativeType, dequantize_outputs, quant_steps
         from qnn_ci.boards.netrun import run_on_board, select_samples
@@ -127,13 +128,16 @@ class HtpVsCpuStage(Stage):
                                   input_list=board_list, input_names=names,
                                   workdir=ctx.workdir, native=native,
                                   library_sdk_version=so_load.data.get("sdk_version"),
-                                  expected_outputs=expected_files or None)
+                                  expected_outputs=expected_files or None,
+                                  latency=request_for(export, ctx.env))
         except (TransportError, ToolError) as exc:
             return board_common.board_error_result(self.name, board, exc)
         findings += nr.findings
         properties = board_common.run_properties(nr) | {
             "sample_source": which, "layout": layout.describe(),
             "output_files": "native" if native else "float"}
+        if nr.latency is not None:
+            properties |= nr.latency.properties()
         if types:
             properties["native_types"] = ", ".join(f"{n} {t.describe()}"
                                                    for n, t in sorted(types.items()))
@@ -189,10 +193,14 @@ class HtpVsCpuStage(Stage):
             if summary is None:
                 summary = (f"HTP vs CPU on board {board.name}, {nr.samples} {which} "
                            f"sample(s): {comp.summary_line()}; accuracy rule "
-                           f"{properties['accuracy_rule']}")
+                           f"{properties['accuracy_rule']}"
+                           + (f"; {nr.latency.describe()}" if nr.latency else ""))
         report = ctx.workdir / "htp_vs_cpu.json"
         report.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
         artefacts = {"report": str(report)}
+        profile = ctx.workdir / "latency" / "profile.txt"
+        if nr.latency is not None and profile.is_file():
+            artefacts["latency_profile"] = str(profile)
         for backend in ("cpu", "htp"):
             out = nr.output_dir(backend)
             if out is not None:
