@@ -13,6 +13,8 @@ An export's inputs, each a reason when it changed:
 - the AIMET encodings file, the ``original:`` model;
 - the board it names: its entry in the manifest's ``boards:`` or in
   ``qnn-boards.yaml``;
+- its entries in the baselines file (``qnn-baselines.yaml``: the regression check
+  compares with them);
 - qnn-ci itself: its source when the repository holds it, or a dependency file
   (pyproject.toml, requirements*.txt, lock files) whose change mentions qnn-ci.
 ``from:`` chains: an export whose calibration comes from a selected export is
@@ -208,6 +210,43 @@ def _file_reasons(export: ExportSpec, changed: set[Path], memo_root: Path | None
     return reasons
 
 
+def _baseline_entries(text: str | None, where: Path) -> dict[str, Any] | None:
+    """export -> its entries (as plain values) in a baselines file's text; None when it
+    cannot be read, {} when there is none."""
+    if text is None:
+        return {}
+    from qnn_ci.baselines import parse
+    from qnn_ci.yaml_lines import load_yaml_text
+
+    try:
+        data, lines = load_yaml_text(text, where)
+        parsed = parse(data, lines, where)
+    except UserError:
+        return None
+    out: dict[str, Any] = {}
+    for (export, soc, scope), entry in parsed.entries.items():
+        out.setdefault(export, {})[f"{soc}/{scope}"] = entry.to_yaml()
+    return out
+
+
+def _baseline_reasons(repo: Path, commit: str, path: Path | None, changed: set[Path]
+                      ) -> dict[str, str] | str | None:
+    """export -> reason when its entries in the baselines file changed; a reason for
+    every export when the file cannot be compared; None when it did not change."""
+    if path is None or path.resolve() not in changed:
+        return None
+    old = _baseline_entries(_show(repo, commit, path), path)
+    try:
+        now_text = path.read_text("utf-8") if path.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        now_text = ""
+    now = _baseline_entries(now_text, path)
+    if old is None or now is None:
+        return f"{path.name} changed"
+    return {e: f"baseline entries changed ({path.name})"
+            for e in set(old) | set(now) if old.get(e) != now.get(e)}
+
+
 def _qnn_ci_reason(repo: Path, commit: str, changed: set[Path]) -> str | None:
     import qnn_ci
 
@@ -228,7 +267,7 @@ def _qnn_ci_reason(repo: Path, commit: str, changed: set[Path]) -> str | None:
 
 
 def select(manifest_path: Path, exports: list[ExportSpec], raw_text: str | None, ref: str,
-           *, memo_root: Path | None = None) -> Selection:
+           *, memo_root: Path | None = None, baselines: Path | None = None) -> Selection:
     """The exports of one manifest whose inputs changed since ``ref`` (the manifest at
     ``ref`` is read with the manifest loader's limits: unreadable there selects all).
     ``raw_text``: the manifest's current text (read again when None); ``memo_root``:
@@ -247,6 +286,7 @@ def select(manifest_path: Path, exports: list[ExportSpec], raw_text: str | None,
     boards_file = manifest_path.parent / "qnn-boards.yaml"
     boards_file_changed = boards_file.resolve() in changed
     everything = _qnn_ci_reason(repo, commit, changed)
+    by_baseline = _baseline_reasons(repo, commit, baselines, changed)
     for export in exports:
         reasons = [everything] if everything else []
         if unreadable:
@@ -254,6 +294,10 @@ def select(manifest_path: Path, exports: list[ExportSpec], raw_text: str | None,
         reasons += _entry_reasons(export.name, now_own.get(export.name, {}), now_defaults,
                                   old_own.get(export.name), old_defaults)
         reasons += _file_reasons(export, changed, memo_root)
+        if isinstance(by_baseline, str):
+            reasons.append(by_baseline)
+        elif by_baseline and export.name in by_baseline:
+            reasons.append(by_baseline[export.name])
         if export.board:
             old_board = old_boards.get(export.board) if isinstance(old_boards, dict) \
                 else None

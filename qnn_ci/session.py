@@ -106,7 +106,7 @@ def open_pipeline(path: Path, opts: Options) -> Opened:
         from qnn_ci.changed import select
 
         sel = select(manifest.path, manifest.exports, None, opts.changed_since,
-                     memo_root=opts.workdir.resolve() / MEMO_DIR)
+                     memo_root=opts.workdir.resolve() / MEMO_DIR, baselines=manifest.baselines)
         opened.selection = sel
         opened.deselected = {n: why for n, why in sel.deselected.items() if n in selected}
         opened.selected = [n for n in selected if n in sel.selected]

@@ -226,3 +226,22 @@ def test_hostile_manifest_at_ref_selects_everything_quickly(repo: Path) -> None:
     assert time.monotonic() - start < 10
     assert set(got) == {"gen", "listed", "down", "quiet"}
     assert "the manifest at HEAD cannot be read" in got["listed"]
+
+
+def test_a_changed_baseline_entry_selects_its_export(repo: Path) -> None:
+    from qnn_ci.baselines import Entry, update
+
+    path = repo / "qnn-baselines.yaml"
+    update(path, {("gen", "QCS6490", "simulator"): Entry({"y.cosine": 0.999}, "abc"),
+                  ("listed", "QCS6490", "simulator"): Entry({"y.cosine": 0.998}, "abc")})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "baselines")
+    update(path, {("listed", "QCS6490", "simulator"): Entry({"y.cosine": 0.95}, "def")})
+    manifest = load_manifest(repo / "qnn-ci.yaml")
+    got = select(repo / "qnn-ci.yaml", manifest.exports, None, "HEAD",
+                 baselines=manifest.baselines).selected
+    assert got == {"listed": ["baseline entries changed (qnn-baselines.yaml)"]}
+    path.write_text("{not: [valid")                  # unreadable now: every export
+    got = select(repo / "qnn-ci.yaml", manifest.exports, None, "HEAD",
+                 baselines=manifest.baselines).selected
+    assert set(got) == {"gen", "listed", "down", "quiet"}
