@@ -57,3 +57,18 @@ def floats(count):
             time.sleep(120)
         yield {"x": rng.normal(size=(1, 8)).astype(np.float32)}
 '''
+
+
+def tiny_matmul_model(path: Path) -> Path:
+    """y = Relu(x[1x8] @ W[8x8]): the smallest export the simulator stages run on."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+         helper.make_node("Relu", ["h"], ["y"], name="relu")],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+    return path

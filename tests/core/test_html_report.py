@@ -21,7 +21,7 @@ from qnn_ci.errors import UserError
 from qnn_ci.report.html import render
 from qnn_ci.report.report_data import ReportInput, StageEntry, read_junit
 from qnn_ci.report.trend_data import read_trends
-from tests.core.graphs import FLOATS_GEN
+from tests.core.graphs import FLOATS_GEN, tiny_matmul_model
 
 MANIFEST = """\
 exports:
@@ -34,21 +34,6 @@ exports:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _model(path: Path) -> None:
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = numpy_helper.from_array(np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
-         helper.make_node("Relu", ["h"], ["y"], name="relu")],
-        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=[w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, path)
 
 
 def _env() -> dict[str, str]:
@@ -72,7 +57,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     project = tmp_path_factory.mktemp("report")
     (project / "qnn-ci.yaml").write_text(MANIFEST)
     (project / "gens.py").write_text(FLOATS_GEN)
-    _model(project / "models" / "m.onnx")
+    tiny_matmul_model(project / "models" / "m.onnx")
     done = _cli("run", "--workdir", "work", "--junit", "junit.xml", cwd=project)
     assert done.returncode in (0, 1), done.stderr
     for commit, date in (("aaa1111", "2026-11-28T02:00:00Z"), ("bbb2222", "2026-11-29T02:00:00Z")):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.graphs import FLOATS_GEN
+from tests.core.graphs import FLOATS_GEN, tiny_matmul_model
 
 MANIFEST = """\
 exports:
@@ -24,21 +24,6 @@ exports:
 """
 
 
-def _model(path: Path) -> None:
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = numpy_helper.from_array(np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
-         helper.make_node("Relu", ["h"], ["y"], name="relu")],
-        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=[w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, path)
 
 
 def _run(project: Path, work: Path, sdk: Path) -> subprocess.CompletedProcess[str]:
@@ -65,7 +50,7 @@ def test_second_clone_reuses_the_restored_work_folder(tmp_path: Path) -> None:
     sdk = make_sdk(tmp_path / "sdk" / "qairt", "2.31.0")
     one = tmp_path / "ci" / "one" / "repo"
     (one / ".git").mkdir(parents=True)            # a repository root (the project folder)
-    _model(one / "models" / "m.onnx")
+    tiny_matmul_model(one / "models" / "m.onnx")
     (one / "gens.py").write_text(FLOATS_GEN)
     (one / "qnn-ci.yaml").write_text(MANIFEST)
     first = _run(one, one / ".qnn-ci", sdk)
