@@ -40,12 +40,13 @@ def real_junit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxruntime_qnn")
     from fixtures.qairt_standin import make_sdk
-    from tests.core.test_travelling_cache import MANIFEST, _model
+    from tests.core.graphs import tiny_matmul_model
+    from tests.core.test_travelling_cache import MANIFEST
 
     base = tmp_path_factory.mktemp("history")
     sdk = make_sdk(base / "sdk" / "qairt", "2.31.0")
     project = base / "project"
-    _model(project / "models" / "m.onnx")
+    tiny_matmul_model(project / "models" / "m.onnx")
     (project / "gens.py").write_text(FLOATS_GEN)
     (project / "qnn-ci.yaml").write_text(MANIFEST)
     junit = base / "run.xml"
