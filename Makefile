@@ -37,7 +37,7 @@ fuzz: setup
 
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
-	for b in benchmarks/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) benchmarks/_run_all.py --table-out benchmarks/last-run.md
 
 clean:
 	rm -rf $(VENV) .qnn-ci-demo

@@ -6,7 +6,10 @@ reports):
 
 - ``qnn-ci run`` on ONE cached export (goal <= 0.25 s wall);
 - ``qnn-ci run`` on N cached exports, per export (goal <= 5 ms/export);
-- ``pytest`` on N cached exports, per export (goal <= 10 ms/export).
+- ``pytest`` on N cached exports, per export (goal <= 10 ms/export), next to the
+  honest floor: bare pytest (qnn-ci's plugin off) on a generated test file with the
+  same number of passing and skipped items, in the same paired run -- pytest's own
+  per-item cost, which no plugin can go below.
 
 Per export is the whole run's time / N (start-up included, as the issue measured
 it); the marginal cost ((run of N - run of 1) / (N - 1), from paired runs) is
@@ -19,6 +22,8 @@ stages skip (no target.soc): the cached stages are static_shapes and calibration
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +53,11 @@ def main() -> None:
 
         c = paired(at(one, cli), at(many, cli), args.repeat, env=env)
         p = paired(at(one, pytest), at(many, pytest), args.repeat, env=env)
+        passed, skipped = _counts(pytest, many, env)
+        floor_dir = _floor_file(Path(tmp) / "floor", passed, skipped)
+        bare = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                "-p", "no:qnn_ci", "test_floor.py"]
+        f = paired(at(many, pytest), at(floor_dir, bare), args.repeat, env=env)
     print(f"cached re-runs, tiny exports; {NOISE_NOTE}")
     print(f"qnn-ci run, 1 export vs {n} exports (paired, whole processes):")
     print(c.describe("1 export", f"{n} exports"))
@@ -59,12 +69,38 @@ def main() -> None:
     py_marginal = 1000 * (p.b.median - p.a.median) / (n - 1)
     print(f"marginal cost per export: CLI {cli_marginal:.1f} ms, pytest {py_marginal:.1f} ms "
           "(start-up excluded)")
+    print(f"pytest on {n} exports ({passed} passed + {skipped} skipped items) vs bare pytest "
+          "on a generated file with the same items, plugin off (paired, whole processes):")
+    print(f.describe(f"{n} exports", "bare pytest"))
+    floor_per = 1000 * f.b.median / n
+    print(f"pytest's own floor for these items: {floor_per:.1f} ms/export "
+          f"({1000 * f.b.median / (passed + skipped):.2f} ms/item); qnn-ci's share above it: "
+          f"{1000 * (f.a.median - f.b.median) / n:.1f} ms/export")
     print(goal_line("qnn-ci run, one cached export (median wall)", c.a.median, "<= 0.25 s",
                     c.a.median <= 0.25, unit=" s"))
     print(goal_line(f"qnn-ci run, {n} cached exports, per export (median wall / {n})",
                     cli_per, "<= 5 ms", cli_per <= 5, unit=" ms"))
     print(goal_line(f"pytest, {n} cached exports, per export (median wall / {n})", py_per,
                     "<= 10 ms", py_per <= 10, unit=" ms"))
+
+
+def _counts(pytest: list[str], folder: Path, env: dict[str, str]) -> tuple[int, int]:
+    """(passed, skipped) of one pytest run of the cached exports."""
+    out = subprocess.run(pytest, cwd=folder, env=env, capture_output=True, text=True).stdout
+    found = {k: int(v) for v, k in re.findall(r"(\d+) (passed|skipped)", out)}
+    return found.get("passed", 0), found.get("skipped", 0)
+
+
+def _floor_file(folder: Path, passed: int, skipped: int) -> Path:
+    """Trivial tests, ``passed`` passing and ``skipped`` skipped at run time (as the
+    plugin's skipped stages are)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "test_floor.py").write_text(
+        "import pytest\n\n\n"
+        f"@pytest.mark.parametrize('i', range({passed}))\ndef test_passes(i):\n    pass\n\n\n"
+        f"@pytest.mark.parametrize('i', range({skipped}))\ndef test_skips(i):\n"
+        "    pytest.skip('not here')\n")
+    return folder
 
 
 if __name__ == "__main__":

@@ -47,8 +47,14 @@ def jsonable(value: Any) -> Any:
     return _jsonable(value)
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
 def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if type(value) in _PLAIN:       # the common leaves first: keys are hashed per stage
+        return value
+    fields = getattr(type(value), "__dataclass_fields__", None)
+    if fields is not None and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Path):
         # A file by its content only: the same bytes at another path (another clone,

@@ -668,7 +668,7 @@ def load_manifest(path: str | Path, *, memo_dir: Path | None = None) -> Manifest
 
 
 def _load_manifest(path: Path, memo_dir: Path | None) -> Manifest:
-    data, lines = load_yaml_with_lines(path)
+    data, lines = load_yaml_with_lines(path, memo_dir)
     ctx = _Ctx(path, lines, memo_dir)
     _validate(ctx, data)
     defaults = data.get("defaults") or {}

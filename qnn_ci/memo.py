@@ -56,9 +56,11 @@ def code_digest(files: tuple[Path, ...]) -> str:
     return h.hexdigest()
 
 
+@cache
 def package_sources(package: str) -> tuple[Path, ...]:
     """The top-level ``.py`` files of an installed package (found without importing
-    it), sorted; empty when it is not installed."""
+    it), sorted; empty when it is not installed. Once per process, like
+    ``code_digest`` of them."""
     import importlib.util
 
     try:

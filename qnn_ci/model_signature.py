@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import stat
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ class ModelSignature:
         return cls(inputs, tuple(outputs), tuple(ext))
 
 
+@cache
 def _code() -> str:
     """The code a signature comes from: qnn-ci's readers and the onnx release."""
     from qnn_ci.memo import package_sources

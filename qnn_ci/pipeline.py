@@ -289,6 +289,8 @@ class Pipeline:
             result.properties.setdefault("duration_s", result.duration_s)
             if result.status == Status.PASSED or (
                     result.status == Status.FAILED and stage.cache_failures
+                    and not result.data.get(NO_CACHE)) or (
+                    result.status == Status.SKIPPED and stage.cache_skips
                     and not result.data.get(NO_CACHE)):
                 self.store.save(stage_dir, cache_key, result, run_token=self.env.run_token,
                                 roots=roots)

@@ -56,6 +56,9 @@ class Stage:
     marker: ClassVar[str | None] = None             # "qnn_sdk" | "qnn_board" | "qnn_sim"
     version: ClassVar[int] = 1                      # bump to invalidate cached results
     cache_failures: ClassVar[bool] = True           # False for flaky resources (boards)
+    # True when a skip from run() depends only on what the cache key covers (so a
+    # cached run need not run the stage, nor take its lock, to skip it again)
+    cache_skips: ClassVar[bool] = False
     peer_needs: ClassVar[tuple[str, ...]] = ()      # stages of the exports named by peers()
     gates: ClassVar[tuple[str, ...]] = ()
     # ^ stages of the same export that must not have failed (when planned) for this one

@@ -6,13 +6,13 @@ import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci.boards.config import BoardConfig
-from qnn_ci.boards.lock import board_lock, default_runner_lock_dir
 from qnn_ci.spec import ExportSpec
-from qnn_ci.transport.base import Transport
-from qnn_ci.transport.factory import open_transport
+
+if TYPE_CHECKING:   # the lock and the transports: when a board is used, not at load
+    from qnn_ci.transport.base import Transport
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ def resolve_board(export: ExportSpec, boards: Mapping[str, Any],
 def lock_dir(environ: Mapping[str, str]) -> Path:
     """Runner-side lock folder: ``$QNN_CI_LOCK_DIR``, else the lock module's default
     (``$XDG_CACHE_HOME/qnn-ci/locks`` or ``~/.cache/qnn-ci/locks``)."""
+    from qnn_ci.boards.lock import default_runner_lock_dir
+
     given = environ.get(LOCK_DIR_ENV)
     return Path(given).expanduser() if given else default_runner_lock_dir()
 
@@ -63,6 +65,9 @@ def board_session(board: BoardConfig, environ: Mapping[str, str], *,
     Raises TransportError when the board cannot be reached, BoardLockedError when
     another run keeps it past the lock timeout and DiskFullError when the board has
     no room for the lock file."""
+    from qnn_ci.boards.lock import board_lock
+    from qnn_ci.transport.factory import open_transport
+
     transport = open_transport(board)
     try:
         timeout = board.lock_timeout_s if lock_timeout is None else lock_timeout

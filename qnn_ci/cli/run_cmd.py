@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci import interrupts
 from qnn_ci.errors import UserError
@@ -17,7 +18,6 @@ from qnn_ci.internal_error import EXIT_INTERNAL, InternalError, crash_log, oneli
 from qnn_ci.manifest import find_manifests
 from qnn_ci.pipeline import STAGE_ORDER, Event
 from qnn_ci.report.changed_summary import changed_heading
-from qnn_ci.report.junit import JUnitWriter, internal_error_case, testcase
 from qnn_ci.report.summary import (
     Row,
     annotations,
@@ -35,6 +35,9 @@ from qnn_ci.session import (
     check_unique_exports,
     open_pipeline,
 )
+
+if TYPE_CHECKING:   # the JUnit writer (and junit_xml) is imported only with --junit
+    from qnn_ci.report.junit import JUnitWriter
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                    exports=args.export, stages=args.stage, changed_since=args.changed_since,
                    progress=_progress_sink())
     # The report exists from the start: whatever happens next, it says what ran.
-    writer = JUnitWriter(args.junit) if args.junit else None
+    writer = _junit_writer(args.junit) if args.junit else None
     progress = Progress()
     try:
         # Load every manifest first: bad input is reported before anything runs.
@@ -109,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             except UserError as exc:
                 row = _manifest_error_row(p, exc)
                 if writer:
-                    writer.add(testcase(p, row.export, row.line, row.result))
+                    writer.add(_testcase(p, row.export, row.line, row.result))
                 _github([row])
                 raise
             progress.opened.append(o)
@@ -179,6 +182,18 @@ def not_run(progress: Progress, only: set[str] | None, why: str) -> list[Row]:
     return rows
 
 
+def _junit_writer(path: str) -> JUnitWriter:
+    from qnn_ci.report.junit import JUnitWriter
+
+    return JUnitWriter(path)
+
+
+def _testcase(manifest: Path, export: str, line: int, result: StageResult) -> Any:
+    from qnn_ci.report.junit import testcase
+
+    return testcase(manifest, export, line, result)
+
+
 def _stopped(progress: Progress, args: argparse.Namespace, writer: JUnitWriter | None,
              why: str, *, crash: tuple[Exception, Path | None] | None = None) -> None:
     """The run stopped early (a signal, or ``crash``: a bug and its log file): the
@@ -187,8 +202,10 @@ def _stopped(progress: Progress, args: argparse.Namespace, writer: JUnitWriter |
     rows = progress.rows + not_run(progress, set(args.stage) or None, why)
     line = oneline("qnn-ci run", crash[0], crash[1]) if crash else None
     if writer:
-        writer.cases = [testcase(r.manifest, r.export, r.line, r.result) for r in rows]
+        writer.cases = [_testcase(r.manifest, r.export, r.line, r.result) for r in rows]
         if crash:
+            from qnn_ci.report.junit import internal_error_case
+
             writer.cases.append(internal_error_case(*crash))
             writer.write(internal_error=str(crash[1] or line))
         else:
@@ -223,7 +240,7 @@ def _run_all(progress: Progress, args: argparse.Namespace, writer: JUnitWriter |
             progress.rows.append(Row(o.manifest.path, ev.export, export.line, ev.result))
             progress.done.add(key)
             if writer:
-                writer.add(testcase(o.manifest.path, ev.export, export.line, ev.result))
+                writer.add(_testcase(o.manifest.path, ev.export, export.line, ev.result))
 
         def started(export: str, stage: str, o: Opened = o) -> None:
             progress.running = (o.manifest.path, export, stage)

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.boards.config import BoardConfig
-from qnn_ci.boards.lock import BoardLockedError
 from qnn_ci.boards.session import board_fingerprint, board_problem, resolve_board
 from qnn_ci.pipeline import NO_CACHE
 from qnn_ci.results import Finding, Severity, StageResult, Status
@@ -74,6 +73,8 @@ def status_of(findings: list[Finding]) -> Status:
 def board_error_result(stage: str, board: BoardConfig, exc: Exception) -> StageResult:
     """A failed result for a board that could not be reached, stayed locked, or
     refused a file operation before qnn-net-run ran."""
+    from qnn_ci.boards.lock import BoardLockedError
+
     text = str(exc)
     if isinstance(exc, BoardLockedError):
         check = "board.locked"

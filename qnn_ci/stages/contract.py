@@ -19,22 +19,18 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sdk.cpp_model import CppModel, read_cpp_model
-from qnn_ci.sdk.integer_inputs import check_outputs, overrides_names
-from qnn_ci.sdk.net_json import NetJson, read_net_json
-from qnn_ci.sdk.record import (
-    ARGS_OF_INTEREST,
-    ConverterRecord,
-    read_record,
-    same_value,
-)
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Stage, StageContext
 from qnn_ci.tables import is_integer_input_dtype
+
+if TYPE_CHECKING:   # the readers of the converter's output: when the stage runs
+    from qnn_ci.sdk.cpp_model import CppModel
+    from qnn_ci.sdk.net_json import NetJson
+    from qnn_ci.sdk.record import ConverterRecord
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +82,10 @@ def integer_outcome(export: ExportSpec, artefacts: dict[str, str],
     wanted = integer_input_dtypes(export)
     if not wanted:
         return []
+    from qnn_ci.sdk.cpp_model import read_cpp_model
+    from qnn_ci.sdk.integer_inputs import check_outputs, overrides_names
+    from qnn_ci.sdk.net_json import read_net_json
+
     outputs: list[CppModel | NetJson] = []
     findings: list[Finding] = []
     for key, reader in (("cpp", read_cpp_model), ("net_json", read_net_json)):
@@ -132,6 +132,8 @@ def compare(rec: ConverterRecord, export: ExportSpec, input_list: Path | None,
             base: Path) -> list[Finding]:
     """The contract findings for one record (``base``: where relative recorded paths
     are resolved, the converter's working folder)."""
+    from qnn_ci.sdk.record import same_value
+
     q = export.quantization
     findings: list[Finding] = []
     cut_off: list[str] = []       # asked keys a truncated record does not reach
@@ -224,6 +226,8 @@ class ContractStage(Stage):
     marker = "qnn_sdk"
 
     def run(self, ctx: StageContext) -> StageResult:
+        from qnn_ci.sdk.record import ARGS_OF_INTEREST, read_record
+
         convert = ctx.upstream["convert"]
         calibration = ctx.upstream.get("calibration")
         rec: ConverterRecord | None = None

@@ -14,11 +14,7 @@ from pathlib import Path
 
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sdk.convert import convert
-from qnn_ci.sdk.converter_cmd import build_convert_argv
 from qnn_ci.sdk.locate import CONVERTER
-from qnn_ci.sdk.model_lib import library_name
-from qnn_ci.sdk.record import read_record
 from qnn_ci.stage import StageContext
 from qnn_ci.stages.dry_run import prequantized_check
 from qnn_ci.stages.sdk_common import (
@@ -39,6 +35,12 @@ class ConvertStage(ConverterStage):
     version = 2                       # 2: an already-quantized model is refused
 
     def run(self, ctx: StageContext) -> StageResult:
+        # the converter's modules: only when a stage runs (a cached run needs none)
+        from qnn_ci.sdk.convert import convert
+        from qnn_ci.sdk.converter_cmd import build_convert_argv
+        from qnn_ci.sdk.model_lib import library_name
+        from qnn_ci.sdk.record import read_record
+
         export = ctx.export
         refused, _ = prequantized_check(self.name, ctx,
                                         calibration="calibration" in ctx.upstream)

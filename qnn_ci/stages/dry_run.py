@@ -12,10 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sdk.convert import explain_failure
-from qnn_ci.sdk.converter_cmd import build_convert_argv
 from qnn_ci.sdk.locate import CONVERTER
-from qnn_ci.sdk.toolrun import run_tool
 from qnn_ci.stage import StageContext
 from qnn_ci.stages.sdk_common import (
     ConverterStage,
@@ -67,6 +64,11 @@ class DryRunStage(ConverterStage):
 
     def run(self, ctx: StageContext) -> StageResult:
         export = ctx.export
+        # the converter's modules: only when a stage runs (a cached run needs none)
+        from qnn_ci.sdk.convert import explain_failure
+        from qnn_ci.sdk.converter_cmd import build_convert_argv
+        from qnn_ci.sdk.toolrun import run_tool
+
         refused, early = prequantized_check(self.name, ctx, calibration=False)
         if refused is not None:
             return refused

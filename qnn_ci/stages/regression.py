@@ -48,6 +48,7 @@ class RegressionStage(Stage):
     reads = bl.STAGES
     settings = ("regression",)      # the SoC and board: in the entries it compares
     version = 1
+    cache_skips = True   # every skip follows from the fingerprint (measured, entries)
 
     def applies(self, export: ExportSpec) -> bool:
         return export.regression.enabled
@@ -68,7 +69,9 @@ class RegressionStage(Stage):
                        for s in scopes if found is not None and found.get(export.name, soc, s)}
         return {"measured": digest(scopes), "baselines": digest(entries),
                 "file": found is not None,
-                "skipped": sorted(n for n, r in ctx.upstream.items() if not r.ok)}
+                # a skip is cached too (cache_skips): the reasons it would repeat
+                "not_ok": {n: f"{r.status.value}: {r.summary}"
+                           for n, r in sorted(ctx.upstream.items()) if not r.ok}}
 
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.regression import check_tolerances, compare

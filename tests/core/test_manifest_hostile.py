@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci import yaml_lines
+from qnn_ci import yaml_loader
 from qnn_ci.cli import main
 from qnn_ci.errors import UserError
 from qnn_ci.manifest import load_manifest
@@ -119,11 +119,11 @@ CASES: list[tuple[str, bytes | str, int, str | None, str]] = [
 ]
 
 
-@pytest.fixture(params=yaml_lines._LOADERS, ids=lambda c: c.__name__)
+@pytest.fixture(params=yaml_loader._LOADERS, ids=lambda c: c.__name__)
 def loader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each YAML parser the loader can use: libyaml's (when PyYAML has it) and the
     pure-Python fallback."""
-    monkeypatch.setattr(yaml_lines, "_LOADERS", [request.param])
+    monkeypatch.setattr(yaml_loader, "_LOADERS", [request.param])
 
 
 @pytest.fixture

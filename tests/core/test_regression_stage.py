@@ -156,10 +156,14 @@ def test_skips_say_why_and_the_cache_follows_what_is_compared(tmp_path: Path) ->
     assert reg.summary.startswith(f"no baselines file {tmp_path / 'b.yaml'}: create it with "
                                   "`qnn-ci baseline update ")
     assert "--export collapse`" in reg.summary
-    # an entry for another SoC only: skipped, naming what is missing
+    # a skip is cached like a pass (its fingerprint covers what it depends on)...
+    again = _pipe(export, work)["regression"]
+    assert again.status == Status.SKIPPED and again.cached and again.summary == reg.summary
+    # ...and re-run when that changes: an entry for another SoC only: skipped, naming
+    # what is missing
     bl.write(tmp_path / "b.yaml", {("collapse", "SM8550", "simulator"): bl.Entry({"x": 1})})
     reg = _pipe(export, work)["regression"]
-    assert reg.status == Status.SKIPPED
+    assert reg.status == Status.SKIPPED and not reg.cached
     assert reg.summary.startswith("no baseline for collapse on QCS6490 (simulator) in ")
     # a baseline: passes; the next run reuses it; a changed baseline re-runs it
     results = _pipe(export, work)
@@ -191,6 +195,8 @@ def test_nothing_measured_and_unknown_tolerances(tmp_path: Path) -> None:
     assert reg.status == Status.SKIPPED
     assert reg.summary.startswith("nothing to compare: sim_npu skipped: ")
     assert "no target.soc in the manifest" in reg.summary
+    again = _pipe(export, tmp_path / "work")["regression"]
+    assert again.cached and again.summary == reg.summary
     bad = _export(tmp_path, regression=RegressionSpec(tolerances={"cosin": 0.1}))
     reg = _pipe(bad, tmp_path / "work")["regression"]
     assert reg.status == Status.ERROR

@@ -20,6 +20,7 @@ from qnn_ci.manifest import load_manifest
 from qnn_ci.memo import MEMO_DIR, Memo, memo_key
 from qnn_ci.model_signature import ModelSignature, signature
 from qnn_ci.onnx_io import model_signature
+from qnn_ci.yaml_lines import load_yaml_with_lines
 from tests.core.graphs import scale_model, two_input_model
 
 REAL = ("cls_model", "det_model", "rec_model", "silero_model", "silero_sequence_model")
@@ -166,7 +167,7 @@ def test_a_typed_value_is_not_confused_with_its_twin(cls_model: Path, tmp_path: 
         load_manifest(path, memo_dir=memo)
 
 
-def test_a_cached_rerun_imports_no_onnx_numpy_or_jsonschema(cls_model: Path,
+def test_a_cached_rerun_imports_no_onnx_numpy_jsonschema_or_yaml(cls_model: Path,
                                                              tmp_path: Path) -> None:
     path = _manifest(tmp_path, f"""
         exports:
@@ -180,7 +181,7 @@ def test_a_cached_rerun_imports_no_onnx_numpy_or_jsonschema(cls_model: Path,
         from qnn_ci.session import Options, open_pipeline
         opened = open_pipeline(Path({str(path)!r}), Options(workdir=Path({str(workdir)!r})))
         assert list(opened.manifest.exports[0].inputs), "signature read"
-        print(sorted(m for m in ("numpy", "onnx", "jsonschema", "onnxruntime")
+        print(sorted(m for m in ("numpy", "onnx", "jsonschema", "onnxruntime", "yaml")
                      if m in sys.modules))
     """)
     def run() -> str:
@@ -189,3 +190,66 @@ def test_a_cached_rerun_imports_no_onnx_numpy_or_jsonschema(cls_model: Path,
     assert "onnx" in run()                            # first run: reads the model
     assert (workdir / MEMO_DIR).is_dir()
     assert run() == "[]"                              # re-run: from the memo
+
+
+YAML_CASES = [
+    "a: 1\nb: [1.0, -0.0, .inf, .nan, null, true, '1', 2020-01-01]\n",
+    "d: &d {x: 1, y: [a, b]}\ne:\n  <<: *d\n  y: own\nlist:\n  - {k: v}\n  - [1, [2, [3]]]\n",
+    "# only a comment\n",
+    "text: 'line\\nbreak'\nuni: \"\\u00e9\\U0001F600\"\nbig: 123456789012345678901234567890\n",
+]
+
+
+@pytest.mark.parametrize("text", YAML_CASES)
+def test_a_memoised_yaml_parse_equals_the_parser(text: str, tmp_path: Path) -> None:
+    """Data (types included: 1 vs 1.0, -0.0, inf, nan, big ints, dates as text) and
+    the line of every key come back from the memo exactly as the parser gave them."""
+    import math
+
+    path = tmp_path / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    memo = tmp_path / "memo"
+    fresh = load_yaml_with_lines(path)
+    first = load_yaml_with_lines(path, memo)
+    assert len(list((memo / "yaml").rglob("*.json"))) == 1
+    again = load_yaml_with_lines(path, memo)          # from the memo
+
+    def same(a: object, b: object) -> bool:
+        if isinstance(a, float) and isinstance(b, float):
+            return (math.isnan(a) and math.isnan(b)) or (
+                a == b and math.copysign(1, a) == math.copysign(1, b))
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, dict):
+            return list(a) == list(b) and all(same(a[k], b[k]) for k in a)  # type: ignore
+        if isinstance(a, list):
+            return len(a) == len(b) and all(map(same, a, b))  # type: ignore
+        return a == b
+
+    for got in (first, again):
+        assert same(got[0], fresh[0])
+        assert got[1] == fresh[1]
+
+
+def test_a_changed_yaml_text_is_parsed_again(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    memo = tmp_path / "memo"
+    path.write_text("a: 1\n")
+    assert load_yaml_with_lines(path, memo)[0] == {"a": 1}
+    path.write_text("a: 2\n")
+    assert load_yaml_with_lines(path, memo)[0] == {"a": 2}
+    path.write_text("a: [\n")                           # a bad text is never memoised
+    with pytest.raises(UserError, match="invalid YAML"):
+        load_yaml_with_lines(path, memo)
+    assert len(list((memo / "yaml").rglob("*.json"))) == 2
+
+
+@pytest.mark.parametrize("junk", [b"", b"{", b'{"key": 1}', b"[]", b'{"value": 1}'])
+def test_a_damaged_yaml_memo_entry_is_a_miss(junk: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    memo = tmp_path / "memo"
+    path.write_text("a: 1\n")
+    load_yaml_with_lines(path, memo)
+    for entry in (memo / "yaml").rglob("*.json"):
+        entry.write_bytes(junk)
+    assert load_yaml_with_lines(path, memo) == ({"a": 1}, {(): 1, ("a",): 1})
