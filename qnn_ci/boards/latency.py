@@ -1,21 +1,28 @@
 """Inference latency on the board: read what ``qnn-profile-viewer`` prints for a
-``qnn-net-run --profiling_level basic`` log, or time the runs when no profile can
-be read; median and p90 in milliseconds.
+``qnn-net-run --profiling_level basic`` log (or writes with ``--output <x>.csv``), or
+time the runs when no profile can be read; median and p90 in milliseconds.
 
-Viewer output (text on stdout; see docs/board-runs.md, "Latency", for the public
-examples each shape comes from):
+Viewer output shapes read (docs/board-runs.md, "Latency", cites the public example
+each comes from); the first that gives a time wins:
 
-- per-inference listing — ``Execute Stats:`` then one ``Execute Stat <k>`` block per
-  inference with backend lines ``QNN (execute) time : 3051  us``: every inference's
-  time, so median and p90 are exact;
-- a CSV event stream (header ``...,Event Level,Event Identifier``): one root
-  ``EXECUTE`` row (or ``QNN (execute) time`` row) per inference;
-- summary only — ``Execute Stats (Average):`` / ``(Min):`` / ``(Max):`` sections, each
-  with ``NetRun:  2952 us`` (possibly below ``Total Inference Time:`` and
-  ``Graph 0 (name):`` lines): the average stands for the median and the maximum for
-  the p90, and the result says so (``statistic``).
+- per-inference listing (the 2.8 viewer: "Printing All Data Received From Back
+  End", ``Execute Stats:`` then one ``Execute Stat <k>`` block per inference with
+  backend lines ``QNN (execute) time : 3051  us``): every inference's time, so
+  median and p90 are exact;
+- a CSV event stream (header ``Msg Timestamp,Message,Time,Unit of Measurement,
+  Timing Source,Event Level,Event Identifier``): one root ``EXECUTE`` row (else one
+  ``QNN (execute) time`` row) per inference — exact too;
+- summary only (current viewers: ``Execute Stats (Average):`` / ``(Min):`` /
+  ``(Max):`` sections, each ``Total Inference Time:`` then ``Graph <i> (<name>):``
+  and ``NetRun:  2952 us``): the average stands for the median and the maximum for
+  the p90, and the result says so (``statistic``, ``source``); with several graphs
+  a section's time is the sum over its graphs;
+- only ``Execute Stats (Overall):`` with ``NetRun IPS (...): 214.8888 inf/sec``:
+  1000 / IPS ms, IO included, for both.
 
-Anything else reads as "no profile" (None), never an exception.
+Times in us, ms, ns or s (any case; ``usec``/``µs`` too); cycles and counts are
+never taken as times. Anything else reads as "no profile" (None), never an
+exception.
 """
 
 from __future__ import annotations
@@ -31,19 +38,35 @@ from typing import Any
 
 MAX_TEXT = 4_000_000          # viewer output read at most (characters)
 MAX_SAMPLES = 100_000
-_UNITS = {"us": 1e3, "ms": 1.0, "ns": 1e6, "s": 1e-3}      # per millisecond
+MAX_CSV_ROWS = 2_000_000
+_PER_MS = {"us": 1e3, "usec": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1.0, "msec": 1.0,
+           "ns": 1e6, "s": 1e-3, "sec": 1e-3}
 _NUM = r"([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
-_VALUE = re.compile(_NUM + r"\s*(us|ms|ns|s)\b")
-_STAT_BLOCK = re.compile(r"^\s*Execute Stat\s+\d+\s*$")
-_QNN_EXEC = re.compile(r"^\s*QNN \(execute\) time\s*:\s*" + _NUM + r"\s*(us|ms|ns|s)\b")
-_SUMMARY = re.compile(r"^\s*Execute Stats \((Average|Min|Max|Overall)\)\s*:")
-_NETRUN = re.compile(r"^\s*NetRun\s*:\s*" + _NUM + r"\s*(us|ms|ns|s)\b")
-_SECTION = re.compile(r"^\S.*Stats?\b.*:\s*$")
+_UNIT = r"(usec|us|µs|μs|msec|ms|ns|sec|s)(?![^\W\d_])"
+_I = re.IGNORECASE
+_STAT_BLOCK = re.compile(r"^\s*Execute Stat\s+\d+\s*:?\s*$", _I)
+_BLOCK_QNN = re.compile(r"^\s*(?:Backend \()?QNN \(execute\) time\)?\s*:\s*" + _NUM + r"\s*"
+                        + _UNIT, _I)
+_NETRUN = re.compile(r"^\s*NetRun\s*:\s*" + _NUM + r"\s*" + _UNIT, _I)
+_SUMMARY = re.compile(r"^\s*Execute Stats \((Average|Min|Max|Overall)\)\s*:", _I)
+_GRAPH = re.compile(r"^[\s-]*Graph\s+(\d+)\b.*:\s*$", _I)
+_SECTION = re.compile(r"^\S.*\bStats?\b.*:\s*$", _I)
+_IPS = re.compile(r"^\s*NetRun IPS\b[^:]*:\s*" + _NUM + r"\s*inf/s", _I)
+_CSV_COLUMNS = ("Message", "Time", "Unit of Measurement", "Event Level", "Event Identifier")
+
+# what the numbers are (``Latency.source``)
+PER_INFERENCE_TEXT = "per_inference_text"
+PER_INFERENCE_CSV = "per_inference_csv"
+SUMMARY = "summary_average_max"
+OVERALL_IPS = "overall_ips"
+WALL_CLOCK = "wall_clock"
+EXACT = (PER_INFERENCE_TEXT, PER_INFERENCE_CSV)
 
 
 @dataclass(frozen=True)
 class Latency:
-    """Latency of ``runs`` inferences: ``method`` "profile" | "timed"."""
+    """Latency of ``runs`` inferences: ``method`` "profile" | "timed"; ``source`` what
+    the numbers were read from (one of the constants above)."""
 
     median_ms: float
     p90_ms: float
@@ -51,13 +74,19 @@ class Latency:
     method: str
     statistic: str             # what median/p90 are, in words
     perf_profile: str = ""
+    source: str = ""
+
+    @property
+    def exact(self) -> bool:
+        """Median and p90 of every inference's own time (not stand-ins for them)."""
+        return self.source in EXACT
 
     def properties(self) -> dict[str, Any]:
         """The ``latency.*`` JUnit properties."""
         return {"latency.median_ms": round(self.median_ms, 4),
                 "latency.p90_ms": round(self.p90_ms, 4), "latency.runs": self.runs,
                 "latency.perf_profile": self.perf_profile, "latency.method": self.method,
-                "latency.statistic": self.statistic}
+                "latency.statistic": self.statistic, "latency.source": self.source}
 
     def describe(self) -> str:
         return (f"latency median {self.median_ms:.3f} ms, p90 {self.p90_ms:.3f} ms over "
@@ -67,8 +96,8 @@ class Latency:
 
 def _ms(value: str, unit: str) -> float | None:
     try:
-        v = float(value) / _UNITS[unit]
-    except (ValueError, KeyError, OverflowError):
+        v = float(value) / _PER_MS[unit.lower()]
+    except (ValueError, KeyError, OverflowError, ZeroDivisionError):
         return None
     return v if math.isfinite(v) and v >= 0 else None
 
@@ -77,31 +106,46 @@ def median_p90(values: Sequence[float]) -> tuple[float, float]:
     """(median, p90 by nearest rank) of a non-empty list."""
     ordered = sorted(values)
     p90 = ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
-    return float(statistics.median(ordered)), float(p90)
+    median = float(statistics.median(ordered))
+    if not math.isfinite(median):          # two huge values can overflow their mean
+        median = float(ordered[(len(ordered) - 1) // 2])
+    return median, float(max(p90, median))
 
 
 def _per_inference_blocks(lines: list[str]) -> list[float]:
-    """Each ``Execute Stat <k>`` block's ``QNN (execute) time``."""
+    """Each ``Execute Stat <k>`` block's ``QNN (execute) time`` (else its ``NetRun``)."""
     values: list[float] = []
-    in_block = False
+    block: dict[str, float] | None = None
+
+    def close() -> None:
+        if block:
+            values.append(block.get("qnn", block.get("netrun", 0.0)))
+
     for line in lines:
         if _STAT_BLOCK.match(line):
-            in_block = True
-            continue
-        m = _QNN_EXEC.match(line)
-        if in_block and m:
-            v = _ms(m.group(1), m.group(2))
-            if v is not None:
-                values.append(v)
-            in_block = False
+            close()
+            block = {}
             if len(values) >= MAX_SAMPLES:
-                break
+                return values
+            continue
+        if block is None:
+            continue
+        for key, rx in (("qnn", _BLOCK_QNN), ("netrun", _NETRUN)):
+            m = rx.match(line)
+            if m and key not in block:
+                v = _ms(m.group(1), m.group(2))
+                if v is not None:
+                    block[key] = v
+        if _SUMMARY.match(line):            # a summary after the blocks ends them
+            close()
+            block = None
+    close()
     return values
 
 
 def _csv_events(text: str) -> list[float]:
-    """Per-inference times from a CSV event stream (root ``EXECUTE`` rows, else the
-    ``QNN (execute) time`` rows)."""
+    """Per-inference times from a CSV event stream: the root ``EXECUTE`` rows, else
+    the ``QNN (execute) time`` rows; times in a time unit only."""
     start = text.find("Msg Timestamp")
     if start < 0 or "Event Identifier" not in text[start:start + 400]:
         return []
@@ -110,70 +154,101 @@ def _csv_events(text: str) -> list[float]:
     try:
         rows = csv.reader(io.StringIO(text[start:]))
         header = [h.strip() for h in next(rows)]
-        col = {name: header.index(name) for name in
-               ("Message", "Time", "Unit of Measurement", "Event Level", "Event Identifier")
-               if name in header}
-        if len(col) < 5:
+        col = {name: header.index(name) for name in _CSV_COLUMNS if name in header}
+        if len(col) < len(_CSV_COLUMNS):
             return []
+        last = max(col.values())
         for n, row in enumerate(rows):
-            if n > MAX_SAMPLES * 20 or len(execute) >= MAX_SAMPLES:
+            if n > MAX_CSV_ROWS or len(execute) >= MAX_SAMPLES or len(qnn) >= MAX_SAMPLES:
                 break
-            if len(row) <= max(col.values()):
+            if len(row) <= last:
                 continue
-            unit = row[col["Unit of Measurement"]].strip().lower()
-            if unit not in _UNITS:
-                continue
-            v = _ms(row[col["Time"]].strip(), unit)
+            v = _ms(row[col["Time"]].strip(), row[col["Unit of Measurement"]].strip())
             if v is None:
                 continue
-            if (row[col["Message"]].strip() == "EXECUTE"
-                    and row[col["Event Level"]].strip() == "ROOT"):
+            if (row[col["Message"]].strip().upper() == "EXECUTE"
+                    and row[col["Event Level"]].strip().upper() == "ROOT"):
                 execute.append(v)
-            elif row[col["Event Identifier"]].strip() == "QNN (execute) time":
+            elif row[col["Event Identifier"]].strip().lower() == "qnn (execute) time":
                 qnn.append(v)
-    except (csv.Error, StopIteration):
-        return execute or qnn
+    except (csv.Error, StopIteration, ValueError):
+        pass
     return execute or qnn
 
 
-def _summary(lines: list[str]) -> dict[str, float]:
-    """{"Average"|"Min"|"Max": the first NetRun time in that section}."""
-    found: dict[str, float] = {}
+def _summary(lines: list[str]) -> tuple[dict[str, float], float | None]:
+    """({"Average"|"Min"|"Max": the section's NetRun time, summed over its graphs},
+    the ``NetRun IPS`` of the Overall section)."""
+    per_graph: dict[str, dict[str | None, float]] = {}
+    ips: float | None = None
     current: str | None = None
+    graph: str | None = None
     for line in lines:
         m = _SUMMARY.match(line)
         if m:
-            current = m.group(1)
+            current, graph = m.group(1).capitalize(), None
             continue
         if current is None:
             continue
-        if _SECTION.match(line) and not line.startswith(("Total Inference Time", "Graph ")):
+        gm = _GRAPH.match(line)
+        if gm:
+            graph = gm.group(1)
+            continue
+        if _SECTION.match(line) and not line.lstrip("- ").startswith("Total Inference Time"):
             current = None
             continue
+        im = _IPS.match(line)
+        if im and current == "Overall" and ips is None:
+            try:
+                value = float(im.group(1))
+            except (ValueError, OverflowError):
+                continue
+            ips = value if math.isfinite(value) and value > 0 else None
+            continue
         nm = _NETRUN.match(line)
-        if nm and current not in found:
+        if nm and current != "Overall":
             v = _ms(nm.group(1), nm.group(2))
             if v is not None:
-                found[current] = v
-    return found
+                per_graph.setdefault(current, {}).setdefault(graph, v)
+    found: dict[str, float] = {}
+    for section, graphs in per_graph.items():
+        named = [v for g, v in graphs.items() if g is not None]
+        total = math.fsum(named) if named else graphs[None]
+        if math.isfinite(total):
+            found[section] = total
+    return found, ips
+
+
+def _exact(values: list[float], source: str, what: str, perf_profile: str) -> Latency:
+    median, p90 = median_p90(values)
+    return Latency(median, p90, len(values), "profile",
+                   f"median and p90 of {len(values)} profiled inference(s) ({what})",
+                   perf_profile, source)
 
 
 def parse_viewer_output(text: str, *, runs: int, perf_profile: str = "") -> Latency | None:
-    """The latency in ``qnn-profile-viewer`` text, or None when it holds none."""
-    text = text[:MAX_TEXT]
+    """The latency in ``qnn-profile-viewer`` text or CSV, or None when it holds none."""
+    text = text[:MAX_TEXT].lstrip("\ufeff")
     lines = text.splitlines()
-    values = _per_inference_blocks(lines) or _csv_events(text)
+    values = _per_inference_blocks(lines)
     if values:
-        median, p90 = median_p90(values)
-        return Latency(median, p90, len(values), "profile",
-                       f"median and p90 of {len(values)} profiled inference(s)", perf_profile)
-    summary = _summary(lines)
+        return _exact(values, PER_INFERENCE_TEXT, "viewer text", perf_profile)
+    values = _csv_events(text)
+    if values:
+        return _exact(values, PER_INFERENCE_CSV, "viewer CSV events", perf_profile)
+    summary, ips = _summary(lines)
     if "Average" in summary:
         avg = summary["Average"]
         top = max(summary.get("Max", avg), avg)
         return Latency(avg, top, runs, "profile",
                        "average and max of the profile (the viewer printed no "
-                       "per-inference times)", perf_profile)
+                       "per-inference times)", perf_profile, SUMMARY)
+    if ips is not None:
+        mean = 1e3 / ips
+        if math.isfinite(mean):
+            return Latency(mean, mean, runs, "profile",
+                           "1000 / NetRun IPS (IO included; the viewer printed no "
+                           "per-inference or average time)", perf_profile, OVERALL_IPS)
     return None
 
 
@@ -187,10 +262,10 @@ def timed(total_s: float, single_s: float, runs: int, *, perf_profile: str = "")
     if runs == 1:
         ms = total_s * 1e3
         return Latency(ms, ms, 1, "timed", "wall-clock of one run, load and init included",
-                       perf_profile) if math.isfinite(ms) else None
+                       perf_profile, WALL_CLOCK) if math.isfinite(ms) else None
     mean_ms = max(0.0, total_s - single_s) / (runs - 1) * 1e3
     if not math.isfinite(mean_ms):
         return None
     return Latency(mean_ms, mean_ms, runs, "timed",
                    f"mean of {runs} inferences by wall-clock (a {runs}-inference run minus "
-                   "a 1-inference run)", perf_profile)
+                   "a 1-inference run)", perf_profile, WALL_CLOCK)
