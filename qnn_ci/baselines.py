@@ -331,8 +331,20 @@ def versions_of(results: Mapping[str, StageResult], scope: str) -> dict[str, str
         if r is not None and r.properties.get("board_qnn_version"):
             out["board_qnn"] = str(r.properties["board_qnn_version"])
         if r is not None and r.properties.get("latency.method"):
-            out[LATENCY_METHOD] = str(r.properties["latency.method"])   # profile | timed
+            out[LATENCY_METHOD] = latency_method(r.properties)
     return out
+
+
+def latency_method(props: Mapping[str, Any]) -> str:
+    """How a latency was measured, as far as numbers compare: ``timed``, or
+    ``profile: per-inference`` (text or CSV: a true median and p90) or ``profile:
+    <source>`` (a summary's average and max, or 1000 / IPS: not the same statistic)."""
+    method = str(props.get("latency.method"))
+    source = str(props.get("latency.source") or "")
+    if method != "profile" or not source:
+        return method
+    return "profile: per-inference" if source.startswith("per_inference") else \
+        f"profile: {source}"
 
 
 def git_origin(folder: Path) -> tuple[str, str]:

@@ -61,7 +61,7 @@ def test_a_slower_board_fails_regression_on_latency(board: Board, tmp_path: Path
     assert {"htp_vs_cpu.feat_map_0.cosine", "cpu_vs_fp32.feat_map_0.cosine",
             "latency.median_ms", "latency.p90_ms"} <= set(on_board.metrics)
     assert on_board.versions["board_qnn"] == "2.31.0"
-    assert on_board.versions[bl.LATENCY_METHOD] in ("profile", "timed")
+    assert on_board.versions[bl.LATENCY_METHOD] in ("profile: per-inference", "timed")
     assert made[("cnn", "QCS6490", "sdk")].metrics["library_bytes"] > 0
     bl.update(export.regression.baselines, made)
     same = _run(export, board, tmp_path)["regression"]
@@ -78,7 +78,8 @@ def test_a_slower_board_fails_regression_on_latency(board: Board, tmp_path: Path
                if f.check == "regression.worse")
 
     # a baseline whose latency was measured the other way: latency not compared
-    other = "timed" if on_board.versions[bl.LATENCY_METHOD] == "profile" else "profile"
+    other = "timed" if on_board.versions[bl.LATENCY_METHOD].startswith("profile") else \
+        "profile: summary_average_max"
     bl.write(export.regression.baselines, made | {("cnn", "QCS6490", "board:standin"): replace(
         on_board, versions=on_board.versions | {bl.LATENCY_METHOD: other})})
     reg = _run(export, slow, tmp_path)["regression"]

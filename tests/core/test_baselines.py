@@ -245,3 +245,20 @@ def test_a_cached_run_reads_the_memo_and_a_bad_memo_is_a_miss(tmp_path: Path) ->
     path.write_text("exports: 3\n")                        # new content: parsed, refused
     with pytest.raises(UserError, match="must be a mapping"):
         bl.load(path, memo)
+
+
+def test_latency_methods_compare_only_like_with_like() -> None:
+    """A summary's average is not a median: each way of measuring is its own method;
+    per-inference text and CSV give the same statistic."""
+    from qnn_ci import baselines as bl
+
+    def method(m: str, source: str | None = None) -> str:
+        props = {"latency.method": m} | ({"latency.source": source} if source else {})
+        return bl.latency_method(props)
+
+    text, csv = method("profile", "per_inference_text"), method("profile", "per_inference_csv")
+    assert text == csv == "profile: per-inference"
+    assert method("profile", "summary_average_max") == "profile: summary_average_max"
+    assert len({text, method("profile", "summary_average_max"), method("profile", "overall_ips"),
+                method("timed", "wall_clock")}) == 4
+    assert method("profile") == "profile"        # results from before latency.source
