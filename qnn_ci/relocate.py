@@ -89,8 +89,10 @@ def _walk(value: Any, fn: Any) -> Any:
 
 
 def tokenize(value: Any, roots: Roots) -> Any:
+    pairs = roots.pairs()
+
     def fn(text: str) -> str:
-        for folder, token in roots.pairs():
+        for folder, token in pairs:
             text = _replace_folder(text, folder, token)
         return text
     return _walk(value, fn)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sdk.fp16_audit import Fp16Report, audit_fp16, gate_fp16, incomplete_text
 from qnn_ci.stage import Stage, StageContext
 from qnn_ci.tables import get_soc
 
@@ -25,6 +24,9 @@ class Fp16GateStage(Stage):
     marker = "qnn_sdk"
 
     def run(self, ctx: StageContext) -> StageResult:
+        # the generated-source and _net.json readers: only when the stage runs
+        from qnn_ci.sdk.fp16_audit import Fp16Report, audit_fp16, gate_fp16, incomplete_text
+
         export = ctx.export
         convert = ctx.upstream["convert"]
         findings: list[Finding] = []

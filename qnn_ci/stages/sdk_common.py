@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci.errors import ToolError
 from qnn_ci.pipeline import NO_CACHE
 from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.sdk.converter_cmd import ConverterHelp, probe_converter
 from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk, sdk_unavailable
 from qnn_ci.sdk.toolrun import ToolRun, ToolRunError
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, Stage, StageContext
+
+if TYPE_CHECKING:   # the converter's help probe: when a stage runs
+    from qnn_ci.sdk.converter_cmd import ConverterHelp
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,8 @@ def cache_dir(env: Environment) -> Path:
 
 
 def converter_help(ctx: StageContext, sdk: Sdk) -> ConverterHelp:
+    from qnn_ci.sdk.converter_cmd import probe_converter
+
     help_ = probe_converter(sdk, cache_dir(ctx.env), timeout=min(ctx.export.sdk.timeout_s, 600))
     if sdk.version is None and help_.version:
         sdk.version = help_.version
