@@ -5,9 +5,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+# PyYAML's C parser builds its events from the `yaml` module it first imported; the
+# product imports PyYAML lazily (qnn_ci.yaml_loader), and pytester's in-process runs
+# drop modules imported inside them, so a later run would re-import `yaml` and its
+# composer would no longer recognise the C parser's events. Loaded here, once.
+import qnn_ci.yaml_loader  # noqa: F401  (before any in-process pytester run)
+
+if TYPE_CHECKING:
+    from tests.sim.conftest import Unfused
 
 # Real converter output (../shared/reference/real-outputs beside the repository;
 # QNN_CI_REAL_OUTPUTS overrides). Read in place, never copied into the repository.
@@ -60,6 +72,117 @@ def silero_sequence_model() -> Path:
 @pytest.fixture(scope="session")
 def examples_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "examples"
+
+
+# -- the PP-OCR classifier on the HTP simulator, shared by tests/sim and tests/diagnose.
+# Defined here (not in tests/sim/conftest.py) so each is ONE fixture for both folders,
+# and made ONCE PER RUN: a session fixture is otherwise made again in every
+# pytest-xdist worker that runs a test asking for it. Heavy imports stay lazy.
+
+def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str,
+                 make: Callable[[Path], Any]) -> Any:
+    """``make(folder)`` once per test run, whatever the pytest-xdist workers: the first
+    worker to ask makes it in a folder of the run's shared temporary root, under a
+    file lock, and pickles the result there; the others wait for the lock and load
+    the pickle (the files it names are in that folder, kept for the whole run)."""
+    import pickle
+    import shutil
+
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent                   # the run's folder, above popen-gw<N>
+    folder, done = root / f"once-{name}", root / f"once-{name}.pickle"
+    with FileLock(str(root / f"once-{name}.lock")):
+        if done.is_file():
+            return pickle.loads(done.read_bytes())
+        shutil.rmtree(folder, ignore_errors=True)     # left by a worker that failed
+        folder.mkdir()
+        value = make(folder)
+        done.write_bytes(pickle.dumps(value))
+        return value
+
+
+@pytest.fixture(scope="session")
+def cls_pinned(cls_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The classifier with its input pinned to [1, 3, 48, 192]."""
+    from tests.sim.conftest import pin_model
+
+    return once_per_run(tmp_path_factory, "cls_pinned", lambda d: pin_model(
+        cls_model, d / "cls.static.onnx", {"x": [1, 3, 48, 192]}))
+
+
+@pytest.fixture(scope="session")
+def text_lines() -> Callable[[int], list[dict[str, Any]]]:
+    """Rendered text lines preprocessed for the classifier (the OCR example's
+    generator: real text, upright and upside down; deterministic, so
+    ``text_lines(5)[:4] == text_lines(8)[:4]``)."""
+    path = Path(__file__).resolve().parent.parent / "examples" / "ocr" / "ocr_samples.py"
+    spec = importlib.util.spec_from_file_location("ocr_samples_for_sim", path)
+    if spec is None or spec.loader is None:
+        pytest.skip("examples/ocr/ocr_samples.py is missing")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return lambda n: list(module.text_lines(n))
+
+
+@pytest.fixture(scope="session")
+def cls_prepared(cls_pinned: Path, text_lines: Callable[[int], list[dict[str, Any]]],
+                 tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The classifier quantized with 8 rendered lines and prepared for QCS6490, once
+    per run: the real-model tests that only read the prepared context share it."""
+    from qnn_ci.sim.check import check_htp
+    from qnn_ci.sim.ep import sim_target
+    from qnn_ci.sim.quantize import QuantSettings
+
+    return once_per_run(tmp_path_factory, "cls_prepared", lambda d: check_htp(
+        cls_pinned, d, sim_target("QCS6490"), text_lines(8), QuantSettings()))
+
+
+@pytest.fixture(scope="session")
+def cls_held_out(cls_pinned: Path, cls_prepared: Any,
+                 text_lines: Callable[[int], list[dict[str, Any]]],
+                 tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``cls_prepared`` simulated (in this process) against fp32 on the two held-out
+    lines ``text_lines(10)[8:]``, once per run: the serial numbers the real-model
+    test checks and the parallel test compares its worker's outputs with."""
+    from qnn_ci.sim.ep import sim_target
+    from qnn_ci.sim.numerics import simulate_and_compare
+    from qnn_ci.spec import Thresholds
+
+    return once_per_run(tmp_path_factory, "cls_held_out", lambda d: simulate_and_compare(
+        cls_pinned, cls_prepared.quantize.model, cls_prepared.prepare.ctx_model,
+        sim_target("QCS6490"), text_lines(10)[8:], Thresholds(), d / "num", processes=1))
+
+
+@pytest.fixture(scope="session")
+def cls_unfused_run(cls_pinned: Path, text_lines: Callable[[int], list[dict[str, Any]]],
+                    tmp_path_factory: pytest.TempPathFactory) -> Unfused:
+    """The classifier with BatchNormalization left unfused (tests.sim.conftest.Unfused),
+    made once per run: tests/sim checks the warning and the loss, tests/diagnose
+    bisects it."""
+    from qnn_ci.sim.ep import sim_target
+    from qnn_ci.sim.numerics import simulate_and_compare
+    from qnn_ci.sim.prepare import prepare_for_htp
+    from qnn_ci.sim.quantize import QuantSettings, quantize_for_htp
+    from qnn_ci.spec import Thresholds
+    from tests.sim.conftest import Unfused
+
+    def make(folder: Path) -> Unfused:
+        lines = text_lines(5)
+        soc = sim_target("QCS6490")
+        stem = cls_pinned.name.removesuffix(".onnx")
+        q = quantize_for_htp(cls_pinned, folder / f"{stem}.qdq.onnx", lines[:4],
+                             QuantSettings(), fuse=False)
+        p = prepare_for_htp(q.model, folder, soc, stem=stem)
+        assert p.prepared and p.ctx_model is not None, p.findings
+        num = simulate_and_compare(cls_pinned, q.model, p.ctx_model, soc, lines[4:],
+                                   Thresholds(), folder / "numerics", processes=1)
+        return Unfused(cls_pinned, q, p, num, soc, lines[:4], lines[4:], folder)
+
+    return once_per_run(tmp_path_factory, "cls_unfused", make)
 
 
 # With QNN_CI_REQUIRE=1 (set by .ci/run, where every resource is installed and the

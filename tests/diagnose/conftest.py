@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 
 from tests.diagnose.graphs import collapse_model, collapse_samples
-from tests.sim.conftest import cls_pinned, needs_sim, text_lines
-
-__all__ = ["cls_pinned", "text_lines"]   # fixtures shared with tests/sim
+from tests.sim.conftest import needs_sim
 
 SOC = "QCS6490"
 

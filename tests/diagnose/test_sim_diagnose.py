@@ -20,7 +20,7 @@ from qnn_ci.diagnose.sweep import float_model_of
 from qnn_ci.spec import Thresholds
 from tests.diagnose.conftest import Checked, check
 from tests.diagnose.graphs import COLLAPSE_NODE, collapse_samples
-from tests.sim.conftest import needs_sim
+from tests.sim.conftest import Unfused, needs_sim
 
 pytestmark = needs_sim
 HAS_ADVISOR = importlib.util.find_spec("qnn_ci.diagnose.advisor") is not None
@@ -96,15 +96,15 @@ def test_on_demand_on_a_passing_check(collapse_per_channel: Checked, tmp_path: P
 
 
 @pytest.fixture(scope="module")
-def cls_unfused(cls_pinned: Path, text_lines, tmp_path_factory: pytest.TempPathFactory
-                ) -> Checked:
+def cls_unfused(cls_unfused_run: Unfused) -> Checked:
     """The classifier with its BatchNormalization left unfused: the QDQ model on CPU
-    is fine, the HTP simulator is not (a real HTP-only loss)."""
+    is fine, the HTP simulator is not (a real HTP-only loss). Quantized, prepared and
+    simulated once per run (tests/conftest.py), shared with tests/sim."""
     from qnn_ci.sim.quantize import QuantSettings
 
-    samples = text_lines(5)
-    return check(cls_pinned, tmp_path_factory.mktemp("cls_unfused"), samples[:4], samples[4:],
-                 QuantSettings(), fuse=False)
+    u = cls_unfused_run
+    return Checked(u.model, u.quantize.model, u.prepare.ctx_model, u.soc, u.calibration,
+                   u.held_out, QuantSettings(), u.numerics, u.folder)
 
 
 @pytest.mark.slow

@@ -1,12 +1,14 @@
-"""Material for the simulator tests: tiny hand-built graphs, pinned real models
-(PP-OCR from the rapidocr wheel), rendered-text samples, input-list writing."""
+"""Material for the simulator tests: tiny hand-built graphs, model pinning,
+input-list writing. The PP-OCR classifier fixtures (pinned, rendered-text samples,
+prepared, simulated) are in tests/conftest.py, made once per run for tests/sim and
+tests/diagnose."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -101,26 +103,6 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "bn": conv_graph(d / "bn.onnx", bn=True), "fp16": fp16_graph(d / "fp16.onnx")}
 
 
-@pytest.fixture(scope="session")
-def cls_pinned(cls_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return pin_model(cls_model, tmp_path_factory.mktemp("cls") / "cls.static.onnx",
-                     {"x": [1, 3, 48, 192]})
-
-
-@pytest.fixture(scope="session")
-def text_lines() -> Callable[[int], list[dict[str, np.ndarray]]]:
-    """Rendered text lines preprocessed for the classifier (the OCR example's
-    generator: real text, upright and upside down)."""
-    spec = importlib.util.spec_from_file_location("ocr_samples_for_sim",
-                                                  EXAMPLES / "ocr_samples.py")
-    if spec is None or spec.loader is None:
-        pytest.skip("examples/ocr/ocr_samples.py is missing")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return lambda n: list(module.text_lines(n))
-
-
 @pytest.fixture
 def conv_feeds() -> Callable[[int, int], list[dict[str, np.ndarray]]]:
     """Smooth, structured inputs for the conv graph (ramps with an offset)."""
@@ -132,13 +114,17 @@ def conv_feeds() -> Callable[[int, int], list[dict[str, np.ndarray]]]:
     return make
 
 
-@pytest.fixture(scope="session")
-def cls_prepared(cls_pinned: Path, text_lines, tmp_path_factory: pytest.TempPathFactory):
-    """The classifier quantized with 8 rendered lines and prepared for QCS6490, once
-    per session: the real-model tests that only read the prepared context share it."""
-    from qnn_ci.sim.check import check_htp
-    from qnn_ci.sim.ep import sim_target
-    from qnn_ci.sim.quantize import QuantSettings
+@dataclass(frozen=True)
+class Unfused:
+    """The classifier quantized with its BatchNormalization left unfused (4 rendered
+    lines), prepared for QCS6490 and simulated on one held-out line: the QDQ model on
+    CPU is fine, the HTP simulator is not (a real HTP-only loss)."""
 
-    return check_htp(cls_pinned, tmp_path_factory.mktemp("cls_prepared"), sim_target("QCS6490"),
-                     text_lines(8), QuantSettings())
+    model: Path
+    quantize: Any                 # QuantizeResult
+    prepare: Any                  # PrepareResult
+    numerics: Any                 # NumericsResult
+    soc: Any
+    calibration: list[dict[str, np.ndarray]]
+    held_out: list[dict[str, np.ndarray]]
+    folder: Path

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from qnn_ci.sim.ep import sim_target
-from qnn_ci.sim.numerics import file_key, simulate_and_compare
+from qnn_ci.sim.numerics import file_key
 from qnn_ci.sim.parallel import sim_processes, simulate_samples, usable_cores
-from qnn_ci.spec import Thresholds
 from tests.sim.conftest import needs_sim
 
 
@@ -29,18 +28,18 @@ def test_process_count_follows_cores_xdist_workers_and_samples() -> None:
 
 
 @needs_sim
-def test_parallel_simulation_gives_the_serial_numbers(cls_pinned: Path, cls_prepared,
-                                                      text_lines, tmp_path: Path,
+def test_parallel_simulation_gives_the_serial_numbers(cls_prepared, cls_held_out, text_lines,
+                                                      tmp_path: Path,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     """The PP-OCR classifier on two held-out lines: a worker process with its own
     session on the prepared context gives byte-identical outputs to one session
-    (``share_here=False``: the worker simulates them all)."""
+    (``share_here=False``: the worker simulates them all). The serial numbers are
+    the session's ``cls_held_out`` (simulate_and_compare, ``processes=1``)."""
     report = cls_prepared
     soc = sim_target("QCS6490")
     held = text_lines(10)[8:]
     ctx_model = report.prepare.ctx_model
-    serial = simulate_and_compare(cls_pinned, report.quantize.model, ctx_model, soc, held,
-                                  Thresholds(), tmp_path / "serial", processes=1)
+    serial = cls_held_out
     assert serial.passed and serial.samples == 2
     log_path = tmp_path / "parallel" / "sim_run.log"
     with caplog.at_level(logging.INFO, logger="qnn_ci.sim.parallel"):

@@ -11,21 +11,16 @@ import pytest
 from qnn_ci.results import Severity
 from qnn_ci.sim.check import check_htp
 from qnn_ci.sim.ep import sim_target
-from qnn_ci.sim.numerics import simulate_and_compare
 from qnn_ci.sim.prepare import prepare_for_htp
 from qnn_ci.sim.quantize import QuantSettings, quantize_for_htp
 from qnn_ci.sim.samples import inputs_of, random_samples
-from qnn_ci.spec import Thresholds
 from tests.sim.conftest import needs_sim, pin_model
 
 pytestmark = needs_sim
 
 
-def test_classifier_prepares_for_qcs6490_and_matches_fp32(cls_pinned: Path, tmp_path: Path,
-                                                          text_lines, cls_prepared) -> None:
-    lines = text_lines(10)
-    soc = sim_target("QCS6490")
-    report = cls_prepared               # check_htp(cls_pinned, ..., lines[:8]), once a session
+def test_classifier_prepares_for_qcs6490_and_matches_fp32(cls_prepared, cls_held_out) -> None:
+    report = cls_prepared     # check_htp(cls_pinned, ..., text_lines(8)), once a run
     assert report.passed, [f.message for f in report.errors()]
     q, p = report.quantize, report.prepare
     assert q.constants_folded == 308
@@ -33,15 +28,14 @@ def test_classifier_prepares_for_qcs6490_and_matches_fp32(cls_pinned: Path, tmp_
     assert (p.context.soc_type, p.context.arch) == ("QCS6490", 68)
     assert p.nodes_on_htp == p.nodes_total > 500
     assert report.fp16[0]["count"] == 0
-    num = simulate_and_compare(cls_pinned, q.model, p.ctx_model, soc, lines[8:],
-                               Thresholds(), tmp_path / "num")
+    num = cls_held_out        # simulate_and_compare on text_lines(10)[8:], once a run
     assert num.passed, [f.message for f in num.comparison.errors()]
     worst = num.comparison.worst("cosine")
     assert worst is not None and worst[0] > 0.999
     assert num.samples == 2 and num.sim_s_per_inference > 0
     # The outputs are kept in the qnn-net-run layout under the output's own name.
-    assert (tmp_path / "num" / "sim" / "Result_1" / "save_infer_model" /
-            "scale_0.tmp_1.npy").is_file()
+    assert num.sim_dir.name == "sim"
+    assert (num.sim_dir / "Result_1" / "save_infer_model" / "scale_0.tmp_1.npy").is_file()
     oracle = [f for f in num.findings if f.check == "compare.accuracy"]
     assert len(oracle) == 2 and all(f.severity == Severity.INFO for f in oracle)
 
@@ -61,21 +55,17 @@ def test_classifier_as_shipped_fails_with_the_nhwc_message_explained(
     assert any(r.op_type == "Conv" and r.error_code == 3110 for r in res.rejected)
 
 
-def test_unfused_batchnorm_is_warned_and_the_simulator_shows_why(
-        cls_pinned: Path, tmp_path: Path, text_lines) -> None:
+def test_unfused_batchnorm_is_warned_and_the_simulator_shows_why(cls_unfused_run) -> None:
     """Folded constants but no pre-processing: BatchNormalization stays a node of
     its own and the simulated HTP result is far off, while the same QDQ model on
-    the CPU is fine. The default path fuses it (previous test)."""
-    lines = text_lines(6)
-    soc = sim_target("QCS6490")
-    qdq = quantize_for_htp(cls_pinned, tmp_path / "cls.qdq.onnx", lines[:4], QuantSettings(),
-                           fuse=False)
-    bn = next(f for f in qdq.findings if f.check == "sim.batchnorm")
+    the CPU is fine. The default path fuses it (first test). The run is shared
+    with tests/diagnose (``cls_unfused_run``: 4 lines calibrate, 1 is held out)."""
+    u = cls_unfused_run
+    bn = next(f for f in u.quantize.findings if f.check == "sim.batchnorm")
     assert bn.severity == Severity.WARNING and bn.message.startswith("35 BatchNormalization")
-    res = prepare_for_htp(qdq.model, tmp_path, soc)
-    assert res.prepared
-    num = simulate_and_compare(cls_pinned, qdq.model, res.ctx_model, soc, lines[4:],
-                               Thresholds(), tmp_path / "num")
+    assert u.prepare.prepared
+    num = u.numerics
+    assert num.samples == 1
     assert not num.passed
     assert num.qdq_cpu is not None and num.qdq_cpu.passed
     assert any(f.check == "compare.accuracy" and f.severity == Severity.WARNING
