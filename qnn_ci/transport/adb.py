@@ -56,6 +56,7 @@ _TRANSIENT = (AdbError, OSError, EOFError, struct.error)
 
 
 _DROPPED = -2          # internal: the stream ended without an exit status
+_DRAIN_S = 1.0         # interrupted: how long to read on for the process-group line
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -283,8 +284,39 @@ class AdbTransport(ShellFileOps):
                     err += data
                 elif kind == 3:
                     return bytes(out), bytes(err), data[0] if data else 255
+        except BaseException as exc:
+            if not isinstance(exc, Exception):   # interrupted: the group id may be waiting
+                self._drain_for_pgid(conn, out, v2=True)
+            raise
         finally:
             conn.close()
+
+    def _drain_for_pgid(self, conn: adbutils.AdbConnection, out: bytearray, *,
+                        v2: bool) -> None:
+        """Interrupted before the command's process-group line was read: read what the
+        device has already sent (for at most ``_DRAIN_S``) until that line is in
+        ``out``, so the group can still be killed. Never raises."""
+        deadline = time.monotonic() + _DRAIN_S
+        try:
+            while split_pgid(out.decode("utf-8", "replace"))[0] is None:
+                if not v2:
+                    chunk = self._recv(conn, 1 << 16, deadline, exact=False)
+                    if not chunk:
+                        return
+                    out += chunk
+                    continue
+                header = self._recv(conn, 5, deadline)
+                if not header:
+                    return
+                kind, length = struct.unpack("<BI", header)
+                data = self._recv(conn, length, deadline) if length else b""
+                if data is None or kind == 3:
+                    return
+                if kind == 1:
+                    out += data
+        except Exception as exc:   # best effort while stopping
+            log.debug("board %s: reading the process group after an interrupt: %s",
+                      self.name, exc)
 
     def _run_v1(self, device: AdbDevice, command: str, deadline: float, out: bytearray
                 ) -> tuple[bytes, bytes, int | None]:
@@ -298,6 +330,10 @@ class AdbTransport(ShellFileOps):
                 if chunk == b"":
                     return bytes(out), b"", 0                    # exit code: the marker
                 out += chunk
+        except BaseException as exc:
+            if not isinstance(exc, Exception):   # interrupted: the group id may be waiting
+                self._drain_for_pgid(conn, out, v2=False)
+            raise
         finally:
             conn.close()
 

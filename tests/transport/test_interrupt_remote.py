@@ -114,6 +114,38 @@ def test_adb_interrupt_kills_the_remote_group(adb_device: AdbDevice, adb_server:
     assert adb.run(["echo", "still here"], timeout=30).stdout == "still here\n"
 
 
+def test_adb_interrupt_before_the_group_id_was_read_still_kills_it(
+        adb_device: AdbDevice, adb_server: AdbServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race: the interrupt lands while the device's first bytes (the process-group
+    line) are already on their way but not yet read. qnn-ci reads on for them and
+    kills the group rather than leaving the command running on the board."""
+    board = BoardConfig(name="phone", transport="adb", serial=adb_device.serial,
+                        adb_server_port=adb_server.port, work_root=str(adb_device.root / "work"),
+                        connect_timeout_s=5.0, retries=1, retry_delay_s=0.1)
+    adb = AdbTransport(board)
+    work = adb_device.root / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    child = work / "child.pid"
+    real_recv = AdbTransport._recv
+    interrupted: list[bool] = []
+
+    def recv(conn: object, n: int, deadline: float, exact: bool = True) -> bytes | None:
+        if not interrupted:          # the first read of the command's output
+            _wait_until(lambda: child.exists() and child.read_text().strip() != "",
+                        "the remote child")
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return real_recv(conn, n, deadline, exact)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(AdbTransport, "_recv", staticmethod(recv))
+    with pytest.raises(KeyboardInterrupt):
+        adb.run(["sh", "-c", f"sleep 300 & echo $! > {child}; wait"], timeout=120)
+    pid = int(child.read_text())
+    _wait_until(lambda: not _alive(pid), "the remote child to be killed")
+    monkeypatch.setattr(AdbTransport, "_recv", staticmethod(real_recv))
+    assert adb.run(["echo", "still here"], timeout=30).stdout == "still here\n"
+
+
 @pytest.mark.parametrize("exc_type", INTERRUPTS)
 def test_local_interrupt_kills_the_group(tmp_path: Path, exc_type: type[BaseException]) -> None:
     board = BoardConfig(name="here", transport="local", work_root=str(tmp_path / "work"))
