@@ -1,8 +1,9 @@
 """How long `qnn-ci report` takes on a nightly's worth of input: N exports (each 11
 stages in a JUnit report, a work folder holding each export's sim_numerics comparison
 with its error histograms) and M nights of history (3 stages x their metrics per
-export and night: benchmarks/_history_data.py). Whole process, what a CI step waits
-for. Goal: <= 5 s for 100 exports x 30 nights.
+export and night: benchmarks/_history_data.py), so 900 matplotlib charts (a
+histogram and 8 trends per export). Whole process, what a CI step waits for. Goal:
+<= 5 s for 100 exports x 30 nights.
 
     python benchmarks/report_speed.py [--exports 100] [--nights 30] [--repeat 3]
 """
@@ -97,8 +98,10 @@ def main() -> None:
         text = page.read_text("utf-8")
         assert text.count("<section") == args.exports, "an export is missing from the page"
         assert "|error| by decade" in text and "<h3>Trends</h3>" in text
-    print(f"qnn-ci report, {args.exports} exports x {args.nights} nights: "
-          f"{samples.describe()}; page {size / 1e6:.1f} MB  {NOISE_NOTE}")
+        charts = text.count('<img class="plot"')   # matplotlib PNGs: histogram + 8 trends
+        assert charts == 9 * args.exports, charts
+    print(f"qnn-ci report, {args.exports} exports x {args.nights} nights ({charts} "
+          f"matplotlib charts): {samples.describe()}; page {size / 1e6:.1f} MB  {NOISE_NOTE}")
     print(goal_line(f"qnn-ci report ({args.exports} exports x {args.nights} nights)",
                     samples.median, "<= 5 s", samples.median <= 5.0, unit=" s"))
 

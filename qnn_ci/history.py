@@ -201,12 +201,22 @@ def _suite_date(root: Any) -> str | None:
     return next((s.get("timestamp") for s in suites if s.get("timestamp")), None)
 
 
+def _suite_commit(root: Any) -> str | None:
+    """The report's ``qnn.commit`` (``+dirty`` when ``qnn.dirty`` says the work tree
+    had uncommitted changes)."""
+    commit = _suite_value(root, "qnn.commit")
+    if commit and _suite_value(root, "qnn.dirty") == "true" and not commit.endswith("+dirty"):
+        commit += "+dirty"
+    return commit
+
+
 def records_from_junit(path: str | Path, *, commit: str | None = None,
                        date: str | None = None, where: Path | None = None) -> list[dict[str, Any]]:
     """The history records of the run a JUnit report describes.
 
     ``commit`` / ``date`` given win; else the report's suite properties ``qnn.commit``
-    / ``qnn.date`` (or pytest's suite ``timestamp``); else ``git rev-parse HEAD`` at
+    (with ``+dirty`` when ``qnn.dirty``) / ``qnn.date``, which qnn-ci's writers record
+    when the run starts (or pytest's suite ``timestamp``); else ``git rev-parse HEAD`` at
     ``where`` (``unknown`` outside git) and the report's modification time (when the
     run wrote it last; adding the same report twice then adds nothing)."""
     path = Path(path)
@@ -217,7 +227,7 @@ def records_from_junit(path: str | Path, *, commit: str | None = None,
     when = date or _suite_date(root)
     stamp = date_text(parse_date(when, where="--date" if date else f"{path}: the run's date")) \
         if when else _mtime_text(path)
-    sha = commit or _suite_value(root, "qnn.commit") or git_commit(where or Path.cwd())
+    sha = commit or _suite_commit(root) or git_commit(where or Path.cwd())
     cases = list(root.iter("testcase"))
     found = 0
     rows: list[tuple[str, str, dict[str, str], str]] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -358,6 +359,7 @@ class _Reporter:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.rows: list[dict[str, Any]] = []
+        self.started = time.time()      # the JUnit report's qnn.date
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
@@ -398,12 +400,19 @@ class _Reporter:
 
         return [p for p in self.rows if p.get("qnn.status") == Status.ERROR.value]
 
+    @pytest.hookimpl(tryfirst=True)   # before pytest's junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Exit as `qnn-ci run` would: a stage that crashed is a bug in qnn-ci, not a
         failed check: 3 (pytest's INTERNAL_ERROR too); else an item that stopped on
-        bad input (a manifest error, a wrong SDK root: Status.ERROR): 2."""
+        bad input (a manifest error, a wrong SDK root: Status.ERROR): 2. With
+        --junitxml and qnn-ci items, the report gets the run's date and commit."""
         if hasattr(self.config, "workerinput"):
             return
+        if self.rows and getattr(self.config.option, "xmlpath", None):
+            from qnn_ci.report.junit import add_to_pytest_junit, run_date
+
+            add_to_pytest_junit(self.config, Path(self.rows[0]["qnn.manifest"]).parent,
+                                run_date(self.started))
         if self.config.getoption("--qnn-update-baselines"):
             from qnn_ci.baselines_report import update_from_rows
 

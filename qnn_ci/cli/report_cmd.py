@@ -20,7 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", type=Path, default=None, metavar="FILE",
                    help="history file (qnn-ci history add) for the trends")
     p.add_argument("--baselines", type=Path, default=None, metavar="FILE",
-                   help="baselines file (default: qnn-baselines.yaml beside each manifest)")
+                   help="baselines file (default: the one each manifest names with "
+                        "baselines:, else qnn-baselines.yaml beside it)")
+    p.add_argument("--manifest", type=Path, nargs="+", default=[], metavar="PATH",
+                   help="manifest(s) or folders whose baselines to show, besides those "
+                        "the results name")
     p.add_argument("--title", default="qnn-ci report", help="the page's title")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
                    help="where to write the page (report.html)")
@@ -41,8 +45,15 @@ def run(args: argparse.Namespace) -> int:
         one = read_junit(path)
         primary.entries += one.entries
         primary.notes += one.notes
+    from qnn_ci.manifest import find_manifests
+
+    manifests = find_manifests(args.manifest)
+    for path in manifests:
+        if not path.is_file():
+            raise UserError("manifest not found (give a qnn-ci.yaml or a folder holding one)",
+                            file=path, key="--manifest")
     shown = make_report(primary, args.output, workdir=workdir, history=args.history,
-                        baselines=args.baselines, title=args.title)
+                        baselines=args.baselines, manifests=manifests, title=args.title)
     exports = len({e.export for e in shown.entries})
     print(f"{args.output}: {exports} export(s), {len(shown.entries)} stage result(s)"
           + (f", {len(shown.notes)} note(s)" if shown.notes else ""))

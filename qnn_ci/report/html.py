@@ -1,5 +1,5 @@
-"""The HTML report: ONE self-contained page (inline CSS, charts as inline SVG, the
-diagnosis plot as a data: URI; a Content-Security-Policy that forbids every fetch),
+"""The HTML report: ONE self-contained page (inline CSS, the charts -- matplotlib PNGs --
+and the diagnosis plot as data: URIs; a Content-Security-Policy that forbids every fetch),
 per export: the stage table with each stage's one-line reason, the per-output
 metrics against their thresholds (and the baseline, when a qnn-baselines.yaml
 has one), the error histogram of the worst output, the per-layer plot of a
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
-from qnn_ci.report.plots import histogram_svg, num, trend_svg
+from qnn_ci.report.plots import ChartBatch, histogram_html, num, trend_html
 from qnn_ci.report.report_data import ReportInput, StageEntry, stage_order
 from qnn_ci.report.trend_data import Trends
 
@@ -54,8 +54,14 @@ td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .ok{color:#1b5e20}.bad{color:#b71c1c;font-weight:600}.find{color:#b71c1c;font-size:12px}
 .notes{background:#fff8e1;border:1px solid #f0d58a;padding:6px 10px}
 .toc a{margin-right:10px;text-decoration:none}.charts{display:flex;flex-wrap:wrap;gap:10px}
-.chart{border:1px solid #eee;background:#fcfcfc}.chart .ct{font-size:11px;font-weight:600}
-.chart .cl{font-size:10px;fill:#666}.chart .cv{font-size:10px;fill:#222}
+.chart{margin:0;padding:4px 6px;border:1px solid #eee;background:#fcfcfc}
+.chart figcaption{font-size:11px;font-weight:600;margin-bottom:2px}
+.chart img{display:block}.cl{font-size:10px;color:#666}.cv{font-size:10px;color:#222}
+.cells{display:flex;font-size:10px;color:#222}.cells span{flex:1;text-align:center}
+.cells.cl{color:#666}.mid{text-align:center}.tw{display:flex;align-items:center;gap:4px}
+.ya{display:flex;flex-direction:column;justify-content:space-between;height:72px;
+width:52px;text-align:right}.tw .cv{width:52px}.xa{display:flex;
+justify-content:space-between;margin:0 56px}
 img.diag{max-width:min(100%,720px);border:1px solid #eee}.diagline{font-style:italic}
 """
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -182,7 +188,7 @@ def _latency_table(entries: list[StageEntry]) -> str:
 
 # -- the worst output's error histogram --------------------------------------------
 
-def _worst_histogram(entries: list[StageEntry]) -> str:
+def _worst_histogram(entries: list[StageEntry], batch: ChartBatch) -> str:
     """The histogram of the sample with the lowest cosine (else the largest max_abs)
     over the stages' comparison data."""
     best: tuple[tuple[float, float], str, str, Any, list[Any]] | None = None
@@ -215,7 +221,7 @@ def _worst_histogram(entries: list[StageEntry]) -> str:
         return ""
     title = f"{best[2]} (sample {best[3]}, {best[1]}): error distribution"
     return ("<h3>Error distribution of the worst output</h3>"
-            f'<div class="charts">{histogram_svg(buckets, title=title)}</div>')
+            f'<div class="charts">{histogram_html(buckets, title=title, batch=batch)}</div>')
 
 
 # -- the diagnosis plot -------------------------------------------------------------
@@ -263,7 +269,7 @@ def _trend_rank(label: str) -> tuple[int, str]:
     return 9, label
 
 
-def _trends(export: str, trends: Trends | None) -> str:
+def _trends(export: str, trends: Trends | None, batch: ChartBatch) -> str:
     series = trends.series.get(export, {}) if trends else {}
     if not trends or not series:
         return ""
@@ -273,7 +279,7 @@ def _trends(export: str, trends: Trends | None) -> str:
     drifts = "".join(f'<div class="bad">drift: {escape(lab)}: '
                      f"{escape(trends.drifts[(export, lab)])}</div>"
                      for lab in labels if (export, lab) in trends.drifts)
-    charts = "".join(trend_svg(series[lab], title=lab) for lab in shown)
+    charts = "".join(trend_html(series[lab], title=lab, batch=batch) for lab in shown)
     more = (f'<p class="meta">+{len(rest)} more series: '
             f"{escape(', '.join(rest[:20]))}{' …' if len(rest) > 20 else ''}</p>"
             if rest else "")
@@ -326,21 +332,23 @@ def render(inp: ReportInput, *, trends: Trends | None = None,
     count_text = " · ".join(f"{_badge(s)} {counts[s]}" for s in
                             ("failed", "error", "passed", "skipped") if counts.get(s))
     sections = []
+    batch = ChartBatch()
     for i, ex in enumerate(exports):
         where = (f'<span class="where">{escape(os.path.basename(ex.manifest))}'
                  f"{':' + str(ex.line) if ex.line else ''}</span>" if ex.manifest else "")
         parts = [f'<section id="e{i}"><h2>{escape(ex.name)} {_badge(ex.status)}{where}</h2>',
                  _stage_table(ex), _metrics_table(ex.name, ex.stages, baselines),
-                 _latency_table(ex.stages), _worst_histogram(ex.stages),
-                 _trends(ex.name, trends), _diagnosis(ex.stages, notes), "</section>"]
+                 _latency_table(ex.stages), _worst_histogram(ex.stages, batch),
+                 _trends(ex.name, trends, batch), _diagnosis(ex.stages, notes), "</section>"]
         sections.append("".join(parts))
+    body = batch.fill("".join(sections), notes)
     toc = " ".join(f'<a href="#e{i}">{escape(ex.name)}</a>{_badge(ex.status)}'
                    for i, ex in enumerate(exports))
     note_html = ('<div class="notes"><b>Not everything could be read:</b><ul>'
                  + "".join(f"<li>{escape(n)}</li>" for n in notes[:50])
                  + (f"<li>+{len(notes) - 50} more</li>" if len(notes) > 50 else "")
                  + "</ul></div>") if notes else ""
-    body = "".join(sections) or '<p>No qnn-ci results were found in the given inputs.</p>'
+    body = body or '<p>No qnn-ci results were found in the given inputs.</p>'
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             '<meta name="viewport" content="width=device-width,initial-scale=1">'

@@ -2,9 +2,11 @@
 ``pytest --qnn-html``): the stage results (JUnit files, the plugin's rows, a work
 folder's cached results), a history file's trends and the baselines.
 
-The baselines are read from ``--baselines`` or, when not given, from the
-``qnn-baselines.yaml`` beside each manifest the results name (when there is one);
-a baselines file that cannot be read is a note on the page, not a failure.
+The baselines are read from ``--baselines`` or, when not given, from the file each
+manifest names (``--manifest`` and the manifests the results name): its
+``baselines:`` key, else the ``qnn-baselines.yaml`` beside it (when there is one);
+a manifest or baselines file that cannot be read is a note on the page, not a
+failure.
 """
 
 from __future__ import annotations
@@ -28,11 +30,29 @@ def _scope_matches(comparison: str, scope: str) -> bool:
     return scope.startswith("board:")
 
 
-def baseline_lookup(inp: ReportInput, explicit: Path | None) -> Baselines | None:
+def _manifest_baselines(manifest: Path, notes: list[str], memo_dir: Path | None) -> Path:
+    """The baselines file a manifest names (its ``baselines:`` key, else
+    ``qnn-baselines.yaml`` beside it); a manifest that cannot be read is a note and
+    the file beside it is used."""
+    from qnn_ci.manifest import BASELINES_FILE, load_manifest
+
+    try:
+        loaded = load_manifest(manifest, memo_dir=memo_dir)
+    except UserError as exc:
+        notes.append(f"manifest not read for its baselines: key (looking beside it): "
+                     f"{exc.oneline()}")
+        return manifest.parent / BASELINES_FILE
+    return loaded.baselines or manifest.parent / BASELINES_FILE
+
+
+def baseline_lookup(inp: ReportInput, explicit: Path | None, *,
+                    manifests: list[Path] | None = None,
+                    memo_dir: Path | None = None) -> Baselines | None:
     """(export, property key) -> the baseline value, from the baselines file(s); None
-    when there is none."""
+    when there is none. Without ``explicit``: the file each manifest names
+    (``manifests`` and those the results name, when they exist; the manifest's
+    ``baselines:`` key, else ``qnn-baselines.yaml`` beside it)."""
     from qnn_ci import baselines as bl
-    from qnn_ci.manifest import BASELINES_FILE
 
     if explicit is not None:
         if not explicit.exists():
@@ -40,8 +60,18 @@ def baseline_lookup(inp: ReportInput, explicit: Path | None) -> Baselines | None
                             file=explicit, key="--baselines")
         paths = [explicit]
     else:
-        folders = {Path(e.manifest).parent for e in inp.entries if e.manifest}
-        paths = [f / BASELINES_FILE for f in sorted(folders) if (f / BASELINES_FILE).is_file()]
+        named = {Path(e.manifest) for e in inp.entries if e.manifest} | set(manifests or ())
+        found: list[Path] = []
+        for manifest in sorted(named):
+            try:
+                if not manifest.is_file():
+                    continue
+            except (OSError, ValueError):
+                continue
+            path = _manifest_baselines(manifest, inp.notes, memo_dir)
+            if path not in found and path.is_file():
+                found.append(path)
+        paths = found
     index: dict[tuple[str, str], list[tuple[str, float]]] = {}
     for path in paths:
         try:
@@ -66,11 +96,17 @@ def baseline_lookup(inp: ReportInput, explicit: Path | None) -> Baselines | None
 
 def make_report(primary: ReportInput, out: Path, *, workdir: Path | None = None,
                 history: Path | None = None, baselines: Path | None = None,
+                manifests: list[Path] | None = None,
                 title: str = "qnn-ci report") -> ReportInput:
     """Write the page to ``out``; returns what it showed."""
+    from qnn_ci.memo import MEMO_DIR
+
     inp = merge(primary, read_workdir(workdir)) if workdir is not None else primary
     trends: Trends | None = read_trends(history) if history is not None else None
-    page = render(inp, trends=trends, baselines=baseline_lookup(inp, baselines), title=title)
+    memo = workdir / MEMO_DIR if workdir is not None else None   # the run's, when there
+    lookup = baseline_lookup(inp, baselines, manifests=manifests,
+                             memo_dir=memo if memo is not None and memo.is_dir() else None)
+    page = render(inp, trends=trends, baselines=lookup, title=title)
     write(out, page)
     log.info("HTML report written: %s", out)
     return inp

@@ -9,6 +9,11 @@ of what ran. A stage that crashed (a bug in qnn-ci) is an
 ``<error type="internal-error">`` with its traceback, as is the
 ``qnn-ci::internal-error`` testcase of a run that crashed.
 
+The testsuite's properties say when and from what the run was made: ``qnn.date``
+(UTC, ISO 8601, when the run started) and, when the manifest is in a git work tree,
+``qnn.commit`` (HEAD), ``qnn.commit.short`` (``+dirty`` with uncommitted changes to
+tracked files) and ``qnn.dirty``; ``qnn-ci history add`` records them.
+
 A testcase's ``time`` is this run's: a stage read from the cache takes the
 read's time (near zero), with ``qnn.cached`` = true and the run that made it
 as ``qnn.original_duration_s`` (``qnn_ci.pipeline`` sets both).
@@ -204,6 +209,64 @@ def _kind(case: TestCase) -> str:
     return "skipped" if case.is_skipped() else ""
 
 
+def run_date(at: float | None = None) -> str:
+    """Now (or the epoch time ``at``), UTC, ISO 8601 to the second
+    (``2026-12-01T02:00:00Z``): ``qnn.date``."""
+    import datetime as dt
+
+    when = dt.datetime.now(dt.UTC) if at is None else dt.datetime.fromtimestamp(at, dt.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def git_state(folder: Path) -> dict[str, str]:
+    """The ``qnn.commit`` properties of the git work tree holding ``folder``: the full
+    commit of HEAD, ``qnn.commit.short`` (``3f2c1ab``, ``+dirty`` when a tracked file
+    differs from it) and ``qnn.dirty`` = true then. One ``git status`` (which reads HEAD
+    and the changes at once); ``{}`` outside git, without git, or on any failure."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", "--no-optional-locks", "-C", str(folder), "status", "--porcelain=v2",
+             "--branch", "--untracked-files=no", "--ignore-submodules=all"],
+            capture_output=True, text=True, errors="replace", timeout=20, check=False,
+            stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
+    if done.returncode != 0:
+        return {}
+    commit, dirty = "", False
+    for line in done.stdout.splitlines():
+        if line.startswith("# branch.oid "):
+            commit = line.split()[-1]
+        elif line and not line.startswith("#"):
+            dirty = True
+    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):   # "(initial)": no commit yet
+        return {}
+    short = commit[:7] + ("+dirty" if dirty else "")
+    return {"qnn.commit": commit, "qnn.commit.short": short} | (
+        {"qnn.dirty": "true"} if dirty else {})
+
+
+def run_properties(folder: Path | None, date: str | None = None) -> dict[str, str]:
+    """The run's suite properties: ``qnn.date`` (``date`` or now) and, when ``folder``
+    is in a git work tree, its commit (``git_state``)."""
+    return {"qnn.date": date or run_date()} | (git_state(folder) if folder else {})
+
+
+def add_to_pytest_junit(config: Any, folder: Path | None, date: str | None = None) -> bool:
+    """Put ``run_properties(folder, date)`` into the JUnit report pytest writes
+    (``--junitxml``) as testsuite properties; False when there is none."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return False
+    for name, value in run_properties(folder, date).items():
+        xml.add_global_property(name, value)
+    return True
+
+
 class JUnitWriter:
     """The report of one run, whole on disk at every moment.
 
@@ -218,10 +281,14 @@ class JUnitWriter:
     """
 
     def __init__(self, path: Path, suite_name: str = "qnn-ci", *,
-                 interval_s: float = 0.25) -> None:
+                 interval_s: float = 0.25, git: bool = True) -> None:
         self.path = path
         self.suite_name = suite_name
         self.interval_s = interval_s
+        # The run's date (when it started) and, once a case names its manifest, the
+        # commit of the manifest's git work tree: one git call per run, at most.
+        self.run: dict[str, str] = {"qnn.date": run_date()}
+        self._git = git
         self.cases: list[TestCase] = []
         self._texts: dict[int, _Serialised] = {}
         self._pending = False
@@ -229,6 +296,9 @@ class JUnitWriter:
         self.write()
 
     def add(self, case: TestCase) -> None:
+        if self._git and case.file:
+            self._git = False
+            self.run |= git_state(Path(os.path.abspath(case.file)).parent)
         self.cases.append(case)
         self._pending = True
         if time.monotonic() - self._last >= self.interval_s:
@@ -262,7 +332,7 @@ class JUnitWriter:
             f'  <testsuite {common} name={quoteattr(xml_text(self.suite_name))} '
             f'skipped="{counts["skipped"]}" tests="{len(cases)}" time="{total}">',
         ]
-        props = {}
+        props = dict(self.run)
         if interrupted:
             props["qnn.interrupted"] = interrupted
         if internal_error:

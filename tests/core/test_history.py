@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +73,11 @@ def test_a_real_pytest_report_gives_the_same_records(real_junit: Path, tmp_path:
         [{k: r[k] for k in key} for r in from_run]
     stamp = ET.parse(real_junit.with_name("pytest.xml")).getroot().find("testsuite")
     assert stamp is not None
+    # the run's qnn.date when the plugin recorded it (junit.add_to_pytest_junit), else
+    # pytest's own timestamp
+    given = {p.get("name"): p.get("value") for p in stamp.findall("properties/property")}
     assert from_pytest[0]["date"] == history.date_text(
-        history.parse_date(stamp.get("timestamp") or ""))
+        history.parse_date(given.get("qnn.date") or stamp.get("timestamp") or ""))
 
 
 def _props(junit: Path, stage: str) -> dict[str, str]:
@@ -126,9 +128,11 @@ def test_the_same_report_is_added_once(real_junit: Path, tmp_path: Path) -> None
     assert "added 0 record(s)" in again.stdout and "already there" in again.stdout
     records = _lines(db)
     assert len({(r["date"], r["stage"]) for r in records}) == len(records)
-    # no --date: when the report was written; no --commit outside git: unknown
-    mtime = history.date_text(datetime.fromtimestamp(real_junit.stat().st_mtime, UTC))
-    assert {r["date"] for r in records} == {mtime}
+    # no --date: the run's date the report carries; no --commit outside git: unknown
+    suite = ET.parse(real_junit).getroot().find("testsuite")
+    assert suite is not None
+    run_date = {p.get("name"): p.get("value") for p in suite.iter("property")}["qnn.date"]
+    assert {r["date"] for r in records} == {run_date}
     assert {r["commit"] for r in records} == {"unknown"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.jsonl", "h.jsonl.lock"]
 
@@ -144,6 +148,41 @@ def test_commit_defaults_to_the_checkout_head(real_junit: Path, tmp_path: Path) 
     done = cli("history", "add", str(real_junit), "--db", "h.jsonl", cwd=repo)
     assert done.returncode == 0, done.stderr
     assert {r["commit"] for r in _lines(repo / "h.jsonl")} == {head}
+
+
+def test_the_commit_and_date_of_the_run_win_over_where_and_when_it_is_added(
+        tmp_path: Path) -> None:
+    """A report `qnn-ci run --junit` wrote for a manifest in a git work tree carries
+    that commit and the run's date: `history add` from another folder (another git
+    work tree), days later (the file touched since), records them, not its own."""
+    from qnn_ci.report.junit import JUnitWriter, testcase
+    from qnn_ci.results import StageResult, Status
+    from tests.core.test_junit_writer import git_repo
+
+    head = git_repo(tmp_path / "repo")
+    junit = tmp_path / "repo" / "out" / "run.xml"
+    writer = JUnitWriter(junit)
+    writer.add(testcase(tmp_path / "repo" / "qnn-ci.yaml", "tiny", 2, StageResult(
+        "sim_numerics", Status.PASSED, "ok",
+        properties={"soc": "QCS6490", "sim_vs_fp32.y.cosine": 0.9991})))
+    writer.flush()
+    run_date = writer.run["qnn.date"]
+    os.utime(junit, (1_900_000_000, 1_900_000_000))          # touched in 2030
+    other = tmp_path / "other"
+    git_repo(other)                                            # HEAD here is another commit
+    done = cli("history", "add", str(junit), "--db", "h.jsonl", cwd=other)
+    assert done.returncode == 0, done.stderr
+    [record] = _lines(other / "h.jsonl")
+    assert (record["commit"], record["date"]) == (head, run_date)
+    assert record["metrics"] == {"sim_vs_fp32.y.cosine": 0.9991}
+    # uncommitted changes to the manifest's repository: the commit says so
+    (tmp_path / "repo" / "qnn-ci.yaml").write_text("exports: [] # edited\n")
+    writer = JUnitWriter(junit)
+    writer.add(testcase(tmp_path / "repo" / "qnn-ci.yaml", "tiny", 2, StageResult(
+        "sim_numerics", Status.PASSED, "ok", properties={"sim_vs_fp32.y.cosine": 0.5})))
+    writer.flush()
+    assert [r["commit"] for r in history.records_from_junit(junit, where=other)] == \
+        [head + "+dirty"]
 
 
 def _night(real_junit: Path, out: Path, cosine: float) -> Path:

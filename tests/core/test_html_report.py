@@ -124,8 +124,8 @@ def _netlog_page_urls(netlog: Path) -> list[str]:
     return urls
 
 
-def load_in_chromium(page: Path, shot: Path, *, height: int = 2400) -> tuple[list[str],
-                                                                            list[str]]:
+def load_in_chromium(page: Path, shot: Path, *, height: int = 2400,
+                     width: int = 1200) -> tuple[list[str], list[str]]:
     """Load ``page`` in headless Chromium and screenshot it: (console messages, URLs
     the page requested)."""
     browser = _chromium()
@@ -133,7 +133,7 @@ def load_in_chromium(page: Path, shot: Path, *, height: int = 2400) -> tuple[lis
     profile = shot.parent / f"{shot.stem}-profile"
     done = subprocess.run(
         [browser, *_QUIET, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-         f"--log-net-log={netlog}", f"--screenshot={shot}", f"--window-size=1200,{height}",
+         f"--log-net-log={netlog}", f"--screenshot={shot}", f"--window-size={width},{height}",
          page.resolve().as_uri()],
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert shot.is_file(), f"no screenshot; chromium said:\n{done.stderr[-3000:]}"
@@ -298,6 +298,45 @@ def test_baselines_column_when_the_file_exists(run: Path, tmp_path: Path) -> Non
     assert "<th>baseline</th>" not in text and "baselines not shown: " in text
 
 
+def test_baselines_from_the_manifests_baselines_key(run: Path, tmp_path: Path) -> None:
+    """A manifest whose ``baselines:`` names another file: the report shows that file's
+    numbers, not those of a qnn-baselines.yaml beside the manifest; for the manifest
+    the JUnit names and for one given with --manifest (a work folder alone names none)."""
+    from qnn_ci import baselines as bl
+
+    project = tmp_path / "project"
+    shutil.copytree(run / "models", project / "models")
+    shutil.copy(run / "gens.py", project / "gens.py")
+    (project / "qnn-ci.yaml").write_text("baselines: ../shared/nightly.yaml\n" + MANIFEST)
+    for path, cosine in ((tmp_path / "shared" / "nightly.yaml", 0.91234),
+                         (project / "qnn-baselines.yaml", 0.95678)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        bl.write(path, {("tiny", "QCS6490", "simulator"): bl.Entry(
+            metrics={"sim_vs_fp32.y.cosine": cosine}, commit="3f2c1ab", date="2026-11-28")})
+    junit = tmp_path / "junit.xml"
+    text = (run / "junit.xml").read_text("utf-8")
+    junit.write_text(text.replace(f'file="{run / "qnn-ci.yaml"}"',
+                                  f'file="{project / "qnn-ci.yaml"}"'), "utf-8")
+    assert str(project / "qnn-ci.yaml") in junit.read_text("utf-8")
+    for args in (["--junit", str(junit)],
+                 ["--workdir", str(run / "work"), "--manifest", str(project)]):
+        done = _cli("report", *args, "-o", "r.html", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        page = (tmp_path / "r.html").read_text("utf-8")
+        assert '<td class="n">0.91234 <span class="ok">▲</span></td>' in page, args
+        assert "0.95678" not in page
+    # a manifest that no longer loads: a note, and the file beside it
+    (project / "qnn-ci.yaml").write_text("baselines: ../shared/nightly.yaml\nexports: [\n")
+    done = _cli("report", "--junit", str(junit), "-o", "r.html", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "r.html").read_text("utf-8")
+    assert "manifest not read for its baselines: key" in page and "0.95678" in page
+    done = _cli("report", "--junit", str(junit), "--manifest", str(tmp_path / "nope.yaml"),
+                "-o", "r.html", cwd=tmp_path)
+    assert done.returncode == 2 and "manifest not found" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
 def test_a_drift_is_flagged_above_its_chart(tmp_path: Path) -> None:
     history = tmp_path / "h.jsonl"
     lines = []
@@ -361,4 +400,5 @@ def test_odd_histogram_buckets_are_left_out_not_a_crash() -> None:
             "cosine": 0.9, "histogram": [[0, 1e-4, float("inf")], [1e-4, 1e-3, float("nan")],
                                          [1e-3, 1e-2, -1], "junk", [1e-2, 1e-1, 7]]}}]}]}})
     text = render(ReportInput([entry]))
-    assert text.count("<rect ") == 1 and "1e-02" in text and ">7</text>" in text
+    assert text.count('<area shape="rect"') == 1 and "<span>1e-02</span>" in text
+    assert "<span>7</span>" in text and 'title="0.01 ≤ |err| &lt; 0.1: 7"' in text

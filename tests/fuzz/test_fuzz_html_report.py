@@ -54,14 +54,14 @@ class _Check(html.parser.HTMLParser):
     """Every tag and attribute is one the page itself writes."""
 
     TAGS = frozenset({"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p",
-                      "span", "div", "a", "section", "table", "tr", "th", "td", "svg",
-                      "text", "line", "rect", "polyline", "circle", "img", "ul", "li", "b"})
+                      "span", "div", "a", "section", "table", "tr", "th", "td", "figure",
+                      "figcaption", "map", "area", "img", "ul", "li", "b"})
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         assert tag in self.TAGS, tag
         for key, value in attrs:
             assert not key.startswith("on"), key
-            if key in ("src", "href"):
+            if key in ("src", "href", "usemap"):
                 assert (value or "").startswith(("#", "data:image/png;base64,")), value
 
 
@@ -120,3 +120,23 @@ def test_any_result_json_gives_a_page_or_a_note(raw: bytes) -> None:
         inp = read_workdir(Path(tmp))
         assert len(inp.entries) + len(inp.notes) == 1
         _checked(render(inp))
+
+
+VALUES = st.floats(allow_nan=True, allow_infinity=True) | st.floats(-1e300, 1e300)
+
+
+@given(series=st.dictionaries(NAME, st.lists(st.tuples(NAME, NAME, VALUES), max_size=12),
+                              max_size=3))
+def test_any_trend_values_give_one_chart_each_inside_its_picture(
+        series: dict[str, list[tuple[str, str, float]]]) -> None:
+    from qnn_ci.report.plots import TREND_H, TREND_W, trend_geometry
+    from qnn_ci.report.trend_data import Point, Trends
+
+    trends = Trends(series={"e": {label: [Point(d, c, v) for d, c, v in points]
+                                  for label, points in series.items()}})
+    page = render(ReportInput(), trends=trends)
+    _checked(page)
+    assert page.count('<img class="plot"') == len(series)
+    for points in series.values():
+        for x, y in trend_geometry([v for _, _, v in points])[2]:
+            assert 0 <= x <= TREND_W and 0 <= y <= TREND_H
