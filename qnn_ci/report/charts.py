@@ -204,7 +204,7 @@ def available() -> str:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         return (f"charts not drawn: matplotlib is not installed ({exc.name or exc}); "
-                "pip install matplotlib")
+                "pip install 'qnn-ci[report]'")
     return ""
 
 
