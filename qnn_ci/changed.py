@@ -99,11 +99,22 @@ def resolve_ref(repo: Path, ref: str) -> str:
                         "with more depth)") from None
 
 
-def changed_paths(repo: Path, commit: str) -> set[Path]:
-    """Files that differ between ``commit`` and the working tree, plus untracked ones."""
+def changed_paths(repo: Path, commit: str, workdir: Path | None = None) -> set[Path]:
+    """Files that differ between ``commit`` and the working tree, plus untracked ones
+    (those in qnn-ci's own ``workdir`` aside: its thousands of results are no input)."""
     out = _git(repo, "diff", "--name-only", "--no-renames", "-z", commit, "--")
-    out += _git(repo, "ls-files", "--others", "--exclude-standard", "-z")
-    return {(repo / p).resolve() for p in out.split("\0") if p}
+    skip: list[str] = []
+    if workdir is not None and workdir.resolve().is_relative_to(repo) \
+            and workdir.resolve() != repo:
+        skip = [".", f":(exclude){workdir.resolve().relative_to(repo).as_posix()}"]
+    out += _git(repo, "ls-files", "--others", "--exclude-standard", "-z", "--", *skip)
+    return {_real(repo / p) for p in out.split("\0") if p}
+
+
+def _real(path: Path) -> Path:
+    """git names files under its (real) top folder and never below a symlinked folder:
+    only a path that is itself a link needs resolving."""
+    return path.resolve() if path.is_symlink() else path
 
 
 def _show(repo: Path, commit: str, path: Path) -> str | None:
@@ -117,8 +128,8 @@ def _show(repo: Path, commit: str, path: Path) -> str | None:
         return None
 
 
-def _entries(text: str | None, where: Path) -> tuple[dict[str, Any],
-                                                     dict[str, dict[str, Any]], Any] | None:
+def _entries(text: str | None, where: Path, memo_dir: Path | None = None
+             ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], Any] | None:
     """(defaults, export name -> own entry, boards) of a manifest's text, read with
     the manifest loader's limits; ``({}, {}, None)`` when there is no text, None when it
     cannot be read."""
@@ -127,7 +138,7 @@ def _entries(text: str | None, where: Path) -> tuple[dict[str, Any],
     from qnn_ci.yaml_lines import load_yaml_text
 
     try:
-        data, _lines = load_yaml_text(text, where)
+        data, _lines = load_yaml_text(text, where, memo_dir)
     except UserError:
         return None
     if not isinstance(data, dict):
@@ -274,13 +285,13 @@ def select(manifest_path: Path, exports: list[ExportSpec], raw_text: str | None,
     the work folder's memo (model signatures, as the manifest loader keeps them)."""
     repo = repository_of(manifest_path.parent)
     commit = resolve_ref(repo, ref)
-    changed = changed_paths(repo, commit)
+    changed = changed_paths(repo, commit, memo_root.parent if memo_root else None)
     sel = Selection(ref, commit)
-    old = _entries(_show(repo, commit, manifest_path), manifest_path)
+    old = _entries(_show(repo, commit, manifest_path), manifest_path, memo_root)
     unreadable = old is None
     old_defaults, old_own, old_boards = old if old is not None else ({}, {}, None)
     text = raw_text if raw_text is not None else manifest_path.read_text("utf-8")
-    now = _entries(text, manifest_path) or ({}, {}, None)
+    now = _entries(text, manifest_path, memo_root) or ({}, {}, None)
     now_defaults, now_own = now[0], now[1]
     now_boards = now[2] if isinstance(now[2], dict) else {}
     boards_file = manifest_path.parent / "qnn-boards.yaml"

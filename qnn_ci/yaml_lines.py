@@ -49,15 +49,16 @@ def load_yaml_with_lines(path: Path, memo_dir: Path | None = None
 
     ``memo_dir``: remember a successful parse there, keyed by the text and the code
     that parses it (so a cached re-run need not import PyYAML)."""
-    text = _read(path)
-    if memo_dir is None:
-        return load_yaml_text(text, path)
+    return load_yaml_text(_read(path), path, memo_dir)
+
+
+def _memoised(text: str, path: Path, memo_dir: Path) -> tuple[Any, dict[KeyPath, int]]:
     memo = Memo(memo_dir)
     key = memo_key(_MEMO_KIND, "1", _parser_code(), text)
     hit = _from_memo(memo.get(_MEMO_KIND, key))
     if hit is not None:
         return hit
-    data, lines = load_yaml_text(text, path)
+    data, lines = _parse(text, path)
     memo.put(_MEMO_KIND, key, {"data": data,
                                "lines": [[list(k), v] for k, v in lines.items()]})
     return data, lines
@@ -82,9 +83,17 @@ def _from_memo(value: Any) -> tuple[Any, dict[KeyPath, int]] | None:
     return value.get("data"), lines
 
 
-def load_yaml_text(text: str, path: Path) -> tuple[Any, dict[KeyPath, int]]:
+def load_yaml_text(text: str, path: Path, memo_dir: Path | None = None
+                   ) -> tuple[Any, dict[KeyPath, int]]:
     """``load_yaml_with_lines`` for text already read (e.g. a file at a git revision);
-    ``path`` names it in errors. The same limits (aliases, depth, sizes) apply."""
+    ``path`` names it in errors. The same limits (aliases, depth, sizes) apply; the
+    same memo (keyed by the text) with ``memo_dir``."""
+    if memo_dir is not None:
+        return _memoised(text, path, memo_dir)
+    return _parse(text, path)
+
+
+def _parse(text: str, path: Path) -> tuple[Any, dict[KeyPath, int]]:
     from qnn_ci.yaml_loader import parse
 
     return parse(text, path)

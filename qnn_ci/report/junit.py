@@ -1,4 +1,4 @@
-"""JUnit XML for `qnn-ci run` (testcases are junit-xml ``TestCase`` objects).
+"""JUnit XML for `qnn-ci run` (testcases are ``qnn_ci.report.junit_case.TestCase``).
 
 Each (export, stage) is a testcase named like the pytest node id; the numbers
 go in as <properties> (valid under the xunit1 / "legacy" family). Each testcase
@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from junit_xml import TestCase
-
 from qnn_ci.errors import UserError
 from qnn_ci.internal_error import TESTCASE, crash_log, describe
+from qnn_ci.report.junit_case import TestCase
 from qnn_ci.results import StageResult, Status
 
 _ATTR_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;",
@@ -42,8 +41,9 @@ _ATTR_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&qu
 
 def quoteattr(value: str) -> str:
     """``value`` as a double-quoted XML attribute (what ``xml.sax.saxutils.quoteattr``
-    gives, always with double quotes; that module costs ~20 ms of imports)."""
-    return '"' + value.translate(_ATTR_ESCAPES) + '"'
+    gives, always with double quotes; that module costs ~20 ms of imports), every
+    character XML cannot hold replaced first (``xml_text``)."""
+    return '"' + xml_text(value).translate(_ATTR_ESCAPES) + '"'
 
 
 def property_value(value: Any) -> str:
@@ -65,25 +65,10 @@ _NOT_XML = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in (
 
 def xml_text(text: str) -> str:
     """``text`` with every character XML cannot hold replaced."""
+    if text.isascii() and text.isprintable():    # the common case, without the regex
+        return text
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
                         else "\ufffd", text)
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, str):
-        return xml_text(value)
-    if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
-
-
-def _cleaned(tc: TestCase) -> TestCase:
-    """Every text of a testcase made writable as XML (the report must always parse)."""
-    for key, value in vars(tc).items():
-        setattr(tc, key, _clean(value))
-    return tc
 
 
 def testcase(manifest: Path, export: str, line: int, result: StageResult) -> TestCase:
@@ -105,7 +90,7 @@ def testcase(manifest: Path, export: str, line: int, result: StageResult) -> Tes
         tc.add_error_info(message=result.summary, output=result.failure_text())
     elif result.status == Status.SKIPPED:
         tc.add_skipped_info(message=result.summary)
-    return _cleaned(tc)
+    return tc
 
 
 def _with_log(text: str, log: str | Path | None, limit: int = 20_000) -> str:
@@ -128,7 +113,7 @@ def internal_error_case(exc: BaseException, log: Path | None) -> TestCase:
     tc = TestCase(name=TESTCASE, classname="qnn-ci")
     tc.add_error_info(message=message, output=_with_log(message, log),
                       error_type="internal-error")
-    return _cleaned(tc)
+    return tc
 
 
 @dataclass(frozen=True)
@@ -141,16 +126,13 @@ class _Serialised:
     elapsed: float
 
 
-def _attr(value: str) -> str:
-    """An attribute value, quoted: line breaks and tabs as character references, so
-    they read back as they were (as ElementTree writes them)."""
-    return '"' + value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") \
-        .replace('"', "&quot;").replace("\r", "&#13;").replace("\n", "&#10;") \
-        .replace("\t", "&#09;") + '"'
+# An attribute value, quoted: line breaks and tabs as character references, so they
+# read back as they were (as ElementTree writes them).
+_attr = quoteattr
 
 
 def _text(value: str) -> str:
-    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return xml_text(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _element(tag: str, attrs: dict[str, str], text: str | None, pad: str) -> str:
@@ -161,7 +143,7 @@ def _element(tag: str, attrs: dict[str, str], text: str | None, pad: str) -> str
 def case_xml(case: TestCase) -> str:
     """One ``<testcase>`` as text, indented for its place in the report: the elements
     and attributes junit-xml writes, plus the case's <properties> first. Every text
-    must already be XML-writable (``testcase`` / ``_cleaned`` see to it)."""
+    is made XML-writable on the way out (``xml_text``: the report must always parse)."""
     attrs = {"name": case.name}
     if case.assertions:
         attrs["assertions"] = f"{case.assertions:d}"
@@ -177,9 +159,10 @@ def case_xml(case: TestCase) -> str:
     children: list[str] = []
     props = getattr(case, "properties", None)
     if props:
+        pad = inner + "  <property name="
         children.append("<properties>" + "".join(
-            _element("property", {"name": k, "value": v}, None, inner + "  ")
-            for k, v in props.items()) + inner + "</properties>")
+            f"{pad}{quoteattr(k)} value={quoteattr(v)} />" for k, v in props.items())
+            + inner + "</properties>")
     for tag, entries in (("failure", case.failures), ("error", case.errors)):
         for entry in entries:
             if entry["output"] or entry["message"]:
@@ -225,6 +208,8 @@ def git_state(folder: Path) -> dict[str, str]:
     and the changes at once); ``{}`` outside git, without git, or on any failure."""
     import subprocess
 
+    if not os.environ.get("GIT_DIR") and not _in_work_tree(folder):
+        return {}      # no .git above: no process to start
     try:
         done = subprocess.run(
             ["git", "--no-optional-locks", "-C", str(folder), "status", "--porcelain=v2",
@@ -246,6 +231,14 @@ def git_state(folder: Path) -> dict[str, str]:
     short = commit[:7] + ("+dirty" if dirty else "")
     return {"qnn.commit": commit, "qnn.commit.short": short} | (
         {"qnn.dirty": "true"} if dirty else {})
+
+
+def _in_work_tree(folder: Path) -> bool:
+    try:
+        here = folder.resolve()
+        return any((f / ".git").exists() for f in (here, *here.parents))
+    except (OSError, RuntimeError, ValueError):
+        return True        # cannot tell: let git say
 
 
 def run_properties(folder: Path | None, date: str | None = None) -> dict[str, str]:

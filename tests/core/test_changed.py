@@ -245,3 +245,25 @@ def test_a_changed_baseline_entry_selects_its_export(repo: Path) -> None:
     got = select(repo / "qnn-ci.yaml", manifest.exports, None, "HEAD",
                  baselines=manifest.baselines).selected
     assert set(got) == {"gen", "listed", "down", "quiet"}
+
+
+def test_the_work_folder_is_not_listed_as_changed_but_a_retargeted_link_is(
+        repo: Path) -> None:
+    """qnn-ci's own work folder (thousands of untracked results) is left out of the
+    changed files; a tracked symlink that now points elsewhere is the file it names."""
+    from qnn_ci.changed import changed_paths, resolve_ref
+
+    (repo / "link.onnx").symlink_to("a.onnx")
+    git(repo, "add", "link.onnx")
+    git(repo, "commit", "-qm", "link")
+    head = resolve_ref(repo, "HEAD")
+    work = repo / ".qnn-ci"
+    (work / "e" / "calibration").mkdir(parents=True)
+    (work / "e" / "calibration" / "x.raw").write_bytes(b"\0" * 16)
+    (repo / "new.onnx").write_bytes(b"x")
+    assert work / "e" / "calibration" / "x.raw" in changed_paths(repo, head)
+    seen = changed_paths(repo, head, work)
+    assert seen == {repo / "new.onnx"}
+    (repo / "link.onnx").unlink()
+    (repo / "link.onnx").symlink_to("b.onnx")
+    assert changed_paths(repo, head, work) == {repo / "new.onnx", repo / "b.onnx"}
