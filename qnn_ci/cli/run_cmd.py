@@ -36,7 +36,7 @@ from qnn_ci.session import (
     open_pipeline,
 )
 
-if TYPE_CHECKING:   # the JUnit writer (and junit_xml) is imported only with --junit
+if TYPE_CHECKING:   # the JUnit writer is imported only with --junit
     from qnn_ci.report.junit import JUnitWriter
 
 log = logging.getLogger(__name__)
