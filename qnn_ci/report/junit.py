@@ -43,7 +43,14 @@ def quoteattr(value: str) -> str:
     """``value`` as a double-quoted XML attribute (what ``xml.sax.saxutils.quoteattr``
     gives, always with double quotes; that module costs ~20 ms of imports), every
     character XML cannot hold replaced first (``xml_text``)."""
-    return '"' + xml_text(value).translate(_ATTR_ESCAPES) + '"'
+    if not (value.isascii() and value.isprintable()):   # printable: no line breaks
+        value = xml_text(value)
+    elif _MARKUP.search(value) is None:                  # the common case: as it is
+        return '"' + value + '"'
+    return '"' + value.translate(_ATTR_ESCAPES) + '"'
+
+
+_MARKUP = re.compile(r'[&<>"]')
 
 
 def property_value(value: Any) -> str:
