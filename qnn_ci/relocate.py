@@ -49,14 +49,19 @@ class Roots:
         return {"workdir": self.workdir, "project": self.project}
 
 
-def project_root(folder: Path) -> Path:
-    """The project a manifest belongs to: its git repository's top folder (the
-    nearest folder above with a ``.git``), else the manifest's own folder."""
+def git_top(folder: Path) -> Path | None:
+    """The nearest folder at or above ``folder`` holding a ``.git``, or None."""
     folder = folder.resolve()
     for f in (folder, *folder.parents):
         if (f / ".git").exists():
             return f
-    return folder
+    return None
+
+
+def project_root(folder: Path) -> Path:
+    """The project a manifest belongs to: its git repository's top folder (the
+    nearest folder above with a ``.git``), else the manifest's own folder."""
+    return git_top(folder) or folder.resolve()
 
 
 def _replace_folder(text: str, folder: str, token: str) -> str:

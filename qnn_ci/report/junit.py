@@ -215,7 +215,13 @@ def git_state(folder: Path) -> dict[str, str]:
     and the changes at once); ``{}`` outside git, without git, or on any failure."""
     import subprocess
 
-    if not os.environ.get("GIT_DIR") and not _in_work_tree(folder):
+    from qnn_ci.relocate import git_top
+
+    try:
+        outside = not os.environ.get("GIT_DIR") and git_top(folder) is None
+    except (OSError, RuntimeError, ValueError):
+        outside = False    # cannot tell: let git say
+    if outside:
         return {}      # no .git above: no process to start
     try:
         done = subprocess.run(
@@ -238,14 +244,6 @@ def git_state(folder: Path) -> dict[str, str]:
     short = commit[:7] + ("+dirty" if dirty else "")
     return {"qnn.commit": commit, "qnn.commit.short": short} | (
         {"qnn.dirty": "true"} if dirty else {})
-
-
-def _in_work_tree(folder: Path) -> bool:
-    try:
-        here = folder.resolve()
-        return any((f / ".git").exists() for f in (here, *here.parents))
-    except (OSError, RuntimeError, ValueError):
-        return True        # cannot tell: let git say
 
 
 def run_properties(folder: Path | None, date: str | None = None) -> dict[str, str]:
