@@ -21,11 +21,30 @@ import qnn_ci.yaml_loader  # noqa: F401  (before any in-process pytester run)
 if TYPE_CHECKING:
     from tests.sim.conftest import Unfused
 
-# Real converter output (../shared/reference/real-outputs beside the repository;
-# QNN_CI_REAL_OUTPUTS overrides). Read in place, never copied into the repository.
-REAL_OUTPUTS = Path(os.environ.get(
-    "QNN_CI_REAL_OUTPUTS",
-    Path(__file__).resolve().parents[2] / "shared" / "reference" / "real-outputs"))
+def _real_outputs() -> Path:
+    """Real converter output: ``$QNN_CI_REAL_OUTPUTS``, else
+    ``../shared/reference/real-outputs`` beside this checkout, else beside the local
+    repository it was cloned from (a scratch clone of a working copy). Read in place,
+    never copied into the repository."""
+    if os.environ.get("QNN_CI_REAL_OUTPUTS"):
+        return Path(os.environ["QNN_CI_REAL_OUTPUTS"])
+    rel = Path("shared") / "reference" / "real-outputs"
+    here = Path(__file__).resolve().parents[2] / rel
+    if here.is_dir():
+        return here
+    import subprocess
+
+    try:
+        origin = subprocess.run(["git", "-C", str(Path(__file__).parent), "config", "--get",
+                                 "remote.origin.url"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        origin = ""
+    beside_origin = Path(origin).parent / rel if origin.startswith("/") else None
+    return beside_origin if beside_origin is not None and beside_origin.is_dir() else here
+
+
+REAL_OUTPUTS = _real_outputs()
 
 
 def package_file(package: str, rel: str) -> Path | None:
