@@ -131,6 +131,10 @@ def export_settings(export: ExportSpec, stage: Stage) -> dict[str, Any]:
     return {"name": export.name} | {f: getattr(export, f) for f in fields}
 
 
+class _WouldRun(Exception):
+    """lookup(): the answer needs a stage to run."""
+
+
 @dataclass
 class Event:
     export: str
@@ -155,6 +159,7 @@ class Pipeline:
         # the shell's selection (pytest -m / -k): export -> stages selected to run; a
         # stage's `reads` are read only when selected (None: all are)
         self.selected: dict[str, set[str]] | None = None
+        self._lookup_only = False    # lookup(): stop where a stage would run
 
     def roots(self, export: ExportSpec) -> Roots:
         """Where this run's work folder and the export's project are: stored results
@@ -178,6 +183,18 @@ class Pipeline:
         export = self.exports[name]
         return [self.result(name, s.name) for s in self.plan(export)
                 if only is None or s.name in only]
+
+    def lookup(self, export_name: str, stage_name: str) -> StageResult | None:
+        """The stage's result if it is known without running a stage (this run's,
+        the cache's, or a skip/block that follows from them); else None, with nothing
+        run. A shell reports such a result without setting up for real work."""
+        self._lookup_only = True
+        try:
+            return self.result(export_name, stage_name)
+        except _WouldRun:
+            return None
+        finally:
+            self._lookup_only = False
 
     def result(self, export_name: str, stage_name: str) -> StageResult:
         key = (export_name, stage_name)
@@ -243,6 +260,8 @@ class Pipeline:
         except UserError as exc:
             return self._error(stage_name, exc, export)
         except Exception as exc:  # a bug in a stage: contained, never cached
+            if self._lookup_only:   # reported where the shell shows a stage's own work
+                raise _WouldRun from None
             stage_dir.mkdir(parents=True, exist_ok=True)
             return self._crash(stage, ctx, exc)
         roots = self.roots(export)
@@ -263,6 +282,8 @@ class Pipeline:
             if cached is not None:
                 log.info("%s::%s: cached (%s)", export_name, stage_name, cached.status)
                 return _timed_as_cached(cached, started)
+        if self._lookup_only:
+            raise _WouldRun
         stage_dir.parent.mkdir(parents=True, exist_ok=True)
         from filelock import FileLock  # only when a stage runs: a cached run needs none
 

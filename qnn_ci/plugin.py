@@ -342,6 +342,17 @@ class StageItem(pytest.Item):
         return self.path, self.export.line - 1, f"{self.export.name}::{self.name}"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """A stage whose result is known without running anything (cached) is reported
+    without pytest's per-phase set-up (``qnn_ci.known_result``)."""
+    if not isinstance(item, StageItem):
+        return None
+    from qnn_ci.known_result import report_known
+
+    return report_known(item, nextitem)
+
+
 # -- reports ---------------------------------------------------------------------
 
 def _split_finding(text: str) -> tuple[str, str]:

@@ -1,0 +1,110 @@
+"""Reporting a stage item whose result is already known, without pytest's item set-up.
+
+A cached stage's result is a lookup, yet pytest's run of an item costs far more than
+the lookup: set-up, call and teardown phases, each with log and output capture and
+fixture bookkeeping. For a stage item whose result the engine knows without running
+anything (``Pipeline.lookup``: cached, or a skip that follows from the cache), the
+plugin reports it with the same hooks a reporter sees -- ``logstart``, a
+``makereport`` + ``logreport`` per phase, ``logfinish`` -- and the same reports
+(outcome, location, properties, skip reason), but skips the phases' set-up.
+
+It steps aside -- the item runs pytest's own protocol -- whenever that could change an
+answer: a stage that has to run, a failed or erroring result (its traceback and
+captured log belong to the normal path), skip/xfail marks on the item, a plugin or
+conftest outside pytest's own that hooks into item set-up, call or teardown,
+``--setup-only`` / ``--setup-plan``, and whenever pytest's set-up stack would need
+tearing down (the last item; a move to another folder or file). A conftest's or
+plugin's ``makereport`` still sees all three phases.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from qnn_ci.plugin import StageItem
+
+# Plugins whose item set-up/call/teardown hooks do nothing to a qnn-ci item: pytest's
+# own, qnn-ci's, and those that act on Python test functions only.
+_NEUTRAL = ("_pytest.", "qnn_ci.", "_hypothesis_pytestplugin", "xdist.", "pytest_cov")
+_PHASE_HOOKS = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown")
+_MARKS = ("skip", "skipif", "xfail")
+_NEUTRAL_FOR = pytest.StashKey[dict[str, "str | None"]]()   # item's file -> _plain's answer
+_ALL_NEUTRAL, _PHASES_NEUTRAL = "all", "phases"
+
+
+def report_known(item: StageItem, nextitem: pytest.Item | None) -> bool | None:
+    """True when ``item`` was reported here; None to let pytest run it."""
+    hooks = _plain(item, nextitem)
+    if hooks is None:
+        return None
+    from qnn_ci.results import Status
+
+    result = item.pipeline.lookup(item.export.name, item.name)
+    if result is None or result.status not in (Status.PASSED, Status.SKIPPED):
+        return None
+    ihook = item.ihook
+    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    reraise = (pytest.exit.Exception, KeyboardInterrupt)
+    keywords = dict.fromkeys(item.keywords, 1)
+    for when, func in (("setup", _nothing), ("call", item.runtest), ("teardown", _nothing)):
+        call = pytest.CallInfo.from_call(func, when=when, reraise=reraise)  # type: ignore[arg-type]
+        if hooks != _ALL_NEUTRAL:   # a conftest's or plugin's makereport sees every phase
+            report = ihook.pytest_runtest_makereport(item=item, call=call)
+        elif when == "call":        # what pytest's own makereport builds
+            report = pytest.TestReport.from_item_and_call(item, call)
+        else:                       # the same, for a phase with nothing to do
+            report = pytest.TestReport(item.nodeid, item.location, keywords, "passed", None,
+                                       when, [], call.duration, call.start, call.stop,
+                                       user_properties=item.user_properties)
+        ihook.pytest_runtest_logreport(report=report)
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def _nothing() -> None:
+    return None
+
+
+def _plain(item: pytest.Item, nextitem: pytest.Item | None) -> str | None:
+    """None when the item must run pytest's own protocol; else which hooks are
+    neutral: _ALL_NEUTRAL or _PHASES_NEUTRAL (``makereport`` is not)."""
+    if nextitem is None:    # the last item tears down the session (its fixtures too)
+        return None
+    option = item.config.option
+    if getattr(option, "setuponly", False) or getattr(option, "setupplan", False):
+        return None         # --setup-only / --setup-plan: nothing is to run
+    stack = getattr(getattr(item.session, "_setupstate", None), "stack", None)
+    if stack is None:       # a pytest whose set-up state we do not know
+        return None
+    if stack:
+        needed = set(nextitem.listchain())
+        if any(node not in needed for node in stack):
+            return None
+    if any(next(item.iter_markers(name), None) is not None for name in _MARKS):
+        return None
+    return _neutral_hooks(item)
+
+
+def _neutral_hooks(item: pytest.Item) -> str | None:
+    seen = item.config.stash.setdefault(_NEUTRAL_FOR, {})
+    key = str(item.path)    # which conftests apply follows from the file
+    if key not in seen:
+        ihook = item.ihook
+
+        def neutral(names: tuple[str, ...]) -> bool:
+            return all(_neutral(impl.plugin) for name in names
+                       for impl in getattr(ihook, name).get_hookimpls())
+
+        seen[key] = (None if not neutral(_PHASE_HOOKS) else
+                     _ALL_NEUTRAL if neutral(("pytest_runtest_makereport",)) else
+                     _PHASES_NEUTRAL)
+    return seen[key]
+
+
+def _neutral(plugin: Any) -> bool:
+    name = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+    return (str(name) + ".").startswith(_NEUTRAL)

@@ -1,0 +1,154 @@
+"""Cached stage items are reported without pytest's per-item set-up
+(``qnn_ci.known_result``) -- with the same reports, and never where that could change
+an answer: stages that run, failures, skip/xfail marks, a conftest's phase hooks."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.core.graphs import scale_model
+from tests.core.test_plugin import GEN
+
+pytest_plugins = ["pytester"]
+
+MANIFEST = """
+exports:
+  - name: a
+    model: m.onnx
+    inputs: {x: {shape: [1, 4]}}
+    calibration: {generator: "gens:floats", samples: 3, held_out: 0}
+  - name: bad
+    model: m.onnx
+    inputs: {x: {shape: [1, 4]}}
+    calibration: {generator: "gens:doubles"}
+  - name: b
+    model: m.onnx
+    inputs: {x: {shape: [1, 4]}}
+    calibration: {generator: "gens:floats", samples: 2, held_out: 0}
+"""
+
+# Counts the items pytest's own protocol set up (a conftest with no hooks: neutral).
+COUNTING = '''
+import atexit, json, os
+import _pytest.runner as runner
+
+SEEN = []
+_setup = runner.SetupState.setup
+
+def _counting(self, item):
+    SEEN.append(item.nodeid)
+    return _setup(self, item)
+
+runner.SetupState.setup = _counting
+atexit.register(lambda: open(os.environ["SETUP_LOG"], "w").write(json.dumps(SEEN)))
+'''
+PHASE_HOOK = '''
+
+def pytest_runtest_setup(item):
+    pass
+'''
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.setenv("SETUP_LOG", str(pytester.path / "setup.json"))
+    monkeypatch.setenv("GEN_LOG", str(pytester.path / "gen.log"))
+    scale_model(pytester.path / "m.onnx", dims=["N", 4])
+    (pytester.path / "gens.py").write_text(GEN)
+    (pytester.path / "qnn-ci.yaml").write_text(textwrap.dedent(MANIFEST).lstrip())
+    return pytester
+
+
+def _cases(path: Path) -> dict[str, tuple[str, str, list[tuple[str, str]]]]:
+    """testcase -> (outcome, its message, properties but the run's date and a
+    re-run stage's duration)."""
+    out = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        kinds = [c for c in case if c.tag in ("skipped", "failure", "error")]
+        outcome = kinds[0].tag if kinds else "passed"
+        message = kinds[0].get("message", "") if kinds else ""
+        props = [(p.get("name", ""), p.get("value", "")) for p in case.iter("property")
+                 if p.get("name") not in ("qnn.date", "qnn.duration_s")]
+        out[f"{case.get('classname')}::{case.get('name')}"] = (outcome, message, props)
+    return out
+
+
+def _set_up(project: pytest.Pytester) -> list[str]:
+    return json.loads((project.path / "setup.json").read_text())
+
+
+def test_cached_rerun_same_reports_without_item_setup(project: pytest.Pytester) -> None:
+    (project.path / "conftest.py").write_text(COUNTING)
+    first = project.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml=first.xml")
+    first.assert_outcomes(passed=5, skipped=30, failed=1)
+    ran = _set_up(project)   # nothing cached: the stages that ran were set up by pytest
+    assert ran == [f"qnn-ci.yaml::{e}::{s}" for e in ("a", "bad", "b")
+                   for s in ("static_shapes", "calibration", "regression")]
+
+    fast = project.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml=fast.xml", "-rs")
+    fast.assert_outcomes(passed=5, skipped=30, failed=1)
+    # Set up by pytest: the failed stage (not cached: it runs again), the stage that
+    # reads it, and the last item (it tears the session down).
+    assert _set_up(project) == ["qnn-ci.yaml::bad::calibration", "qnn-ci.yaml::bad::regression",
+                                "qnn-ci.yaml::b::regression"]
+    fast.stdout.fnmatch_lines(["*bad::calibration*", "*float64*"])
+
+    (project.path / "conftest.py").write_text(COUNTING + PHASE_HOOK)   # not neutral
+    slow = project.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml=slow.xml", "-rs")
+    slow.assert_outcomes(passed=5, skipped=30, failed=1)
+    assert len(_set_up(project)) == 36   # a conftest's phase hook: pytest's own protocol
+
+    fast_cases, slow_cases = _cases(project.path / "fast.xml"), _cases(project.path / "slow.xml")
+    assert fast_cases == slow_cases
+    assert fast_cases["qnn-ci.yaml.a::static_shapes"][0] == "passed"
+    assert ("qnn.cached", "True") in fast_cases["qnn-ci.yaml.a::static_shapes"][2]
+    outcome, message, _ = fast_cases["qnn-ci.yaml.b::convert"]
+    assert outcome == "skipped" and "QNN_SDK_ROOT is not set" in message
+    # the skip is shown at the export's line in the manifest, as before
+    lines = [ln for ln in slow.outlines if ln.startswith("SKIPPED")]
+    assert lines and lines == [ln for ln in fast.outlines if ln.startswith("SKIPPED")]
+
+
+def test_marks_and_a_makereport_wrapper_still_apply(project: pytest.Pytester) -> None:
+    project.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=5, skipped=30, failed=1)
+    (project.path / "conftest.py").write_text(textwrap.dedent('''
+        import pytest
+
+        PHASES = []
+
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                if item.nodeid == "qnn-ci.yaml::a::static_shapes":
+                    item.add_marker(pytest.mark.xfail(strict=True, reason="known"))
+                if item.nodeid == "qnn-ci.yaml::b::static_shapes":
+                    item.add_marker(pytest.mark.skip(reason="not today"))
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(item, call):
+            report = yield
+            PHASES.append((item.nodeid, call.when))
+            return report
+
+        def pytest_sessionfinish(session):
+            import json
+            open("phases.json", "w").write(json.dumps(PHASES))
+        '''))
+    res = project.runpytest("-p", "no:cacheprovider", "-rsX")
+    # a cached pass under a strict xfail fails as XPASS(strict); a skip mark skips
+    res.assert_outcomes(passed=3, skipped=31, failed=2)
+    res.stdout.fnmatch_lines(["*_ a::static_shapes _*", "[[]XPASS(strict)[]] known"])
+    res.stdout.fnmatch_lines(["*not today*"])
+    phases = json.loads((project.path / "phases.json").read_text())
+    per_item: dict[str, list[str]] = {}
+    for nodeid, when in phases:
+        per_item.setdefault(nodeid, []).append(when)
+    assert len(per_item) == 36
+    assert all(w == ["setup", "call", "teardown"] for n, w in per_item.items()
+               if n != "qnn-ci.yaml::b::static_shapes")
