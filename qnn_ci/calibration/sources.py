@@ -28,6 +28,8 @@ Sample = dict[str, "np.ndarray"]
 
 @dataclass(frozen=True)
 class Expected:
+    """What a model input expects of a calibration sample: name, dtype, shape."""
+
     name: str
     dtype: str
     shape: tuple[int, ...]
@@ -185,7 +187,9 @@ class UpstreamRunner:
                  name_map: dict[str, str]) -> None:
         import onnxruntime as ort
 
-        so = ort.SessionOptions()
+        from qnn_ci.cores import limit_threads
+
+        so = limit_threads(ort.SessionOptions())
         so.log_severity_level = 3
         self.session = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
         self.upstream_inputs = upstream_inputs

@@ -35,6 +35,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from qnn_ci.cores import limit_threads
 from qnn_ci.diagnose.layers import TensorInfo
 
 log = logging.getLogger(__name__)
@@ -254,7 +255,7 @@ def save_exposed(model: onnx.ModelProto, names: Sequence[str], path: Path) -> Pa
 def cpu_session(model_path: Path) -> Any:
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
+    so = limit_threads(ort.SessionOptions())
     so.log_severity_level = 3
     # No spinning worker threads after a run: the metrics run in this process
     # between inferences and would share the cores with them.

@@ -21,6 +21,7 @@ from typing import BinaryIO
 import onnx
 import onnxruntime as ort
 
+from qnn_ci.cores import limit_threads
 from qnn_ci.errors import UserError
 from qnn_ci.onnx_io import load_model
 
@@ -100,7 +101,7 @@ def load_proto(path: Path) -> onnx.ModelProto:
 
 
 def _session_options(*, optimize: bool, external_dir: Path | None) -> ort.SessionOptions:
-    so = ort.SessionOptions()
+    so = limit_threads(ort.SessionOptions())
     so.log_severity_level = 4   # errors come back as exceptions; keep stderr clean
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

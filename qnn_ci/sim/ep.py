@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.cores import limit_threads
 from qnn_ci.errors import UserError
 from qnn_ci.tables import SocInfo, get_soc, soc_names
 
@@ -86,7 +87,7 @@ def htp_session_options(soc: SocInfo, *, allow_cpu_fallback: bool = False,
     if soc.sim_soc_id is None:  # callers go through sim_target(); keep the guard
         raise UserError(f"the simulator cannot target SoC {soc.name}")
     ort = _ort()
-    so = ort.SessionOptions()
+    so = limit_threads(ort.SessionOptions())
     so.log_severity_level = log_severity
     if not allow_cpu_fallback:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
