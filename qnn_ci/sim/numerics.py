@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from qnn_ci.compare import accuracy_rule, compare_sets, load_output_set, sanitize
+from qnn_ci.cores import limit_threads
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.ep import capture_native_output, htp_session_options
 from qnn_ci.sim.samples import Feeds
@@ -37,6 +38,8 @@ Outputs = dict[str, np.ndarray]
 
 @dataclass
 class NumericsResult:
+    """The simulator run against fp32 CPU (and the QDQ model on CPU): comparisons, timings."""
+
     samples: int
     comparison: Any                       # qnn_ci.compare Comparison (sim vs fp32 CPU)
     qdq_cpu: Any | None                   # Comparison of the QDQ model on CPU vs fp32 CPU
@@ -67,8 +70,10 @@ def cpu_session(model: Path) -> Any:
 
     from qnn_ci.sim.quantize import QDQ_SESSION_CONFIG
 
-    so = ort.SessionOptions()
+    so = limit_threads(ort.SessionOptions())
     so.log_severity_level = 3
+    # no spinning threads between runs: the simulator's processes share the cores
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     for k, v in QDQ_SESSION_CONFIG.items():
         so.add_session_config_entry(k, v)
     return ort.InferenceSession(str(model), sess_options=so, providers=["CPUExecutionProvider"])
@@ -167,7 +172,7 @@ def simulate_and_compare(float_model: Path, qdq_model: Path | None, ctx_model: P
     """Run ``samples`` through fp32 CPU, the simulator (and the QDQ model on CPU)
     and compare. The simulator may use up to ``processes`` processes (default: as
     many as the cores allow; see ``qnn_ci.sim.parallel``)."""
-    from qnn_ci.sim.parallel import sim_processes, simulate_samples
+    from qnn_ci.sim.parallel import SimPool, sim_processes
 
     for sub in ("reference", "sim", "qdq_cpu"):
         shutil.rmtree(out_dir / sub, ignore_errors=True)
@@ -176,9 +181,12 @@ def simulate_and_compare(float_model: Path, qdq_model: Path | None, ctx_model: P
     if qdq_model is not None and not qdq_model.is_file():
         qdq_model = None
     n = sim_processes(len(samples)) if processes is None else max(1, processes)
-    ref, cpu_s = run_all(cpu_session(float_model), samples)
-    qdq = run_all(cpu_session(qdq_model), samples)[0] if qdq_model is not None else None
-    sim, sim_s = simulate_samples(ctx_model, soc, samples, log_path, n)
+    # The simulator's worker processes start first: they load their sessions while
+    # this process runs the samples on CPU, and take samples as soon as they are ready.
+    with SimPool(ctx_model, soc, samples, log_path, n) as pool:
+        ref, cpu_s = run_all(cpu_session(float_model), samples)
+        qdq = run_all(cpu_session(qdq_model), samples)[0] if qdq_model is not None else None
+        sim, sim_s = pool.run()
     expected = {file_key(k): (str(v.dtype), tuple(v.shape)) for k, v in ref[0].items()}
     ref_dir = write_outputs(out_dir / "reference", ref)
     sim_dir = write_outputs(out_dir / "sim", sim)

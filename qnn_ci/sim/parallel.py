@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from qnn_ci.cores import share_of_cores, usable_cores
 from qnn_ci.sim.ep import capture_native_output
 from qnn_ci.sim.samples import Feeds, SampleList
 from qnn_ci.tables import SocInfo
@@ -32,14 +33,8 @@ from qnn_ci.tables import SocInfo
 log = logging.getLogger(__name__)
 
 Outputs = dict[str, np.ndarray]
+__all__ = ["SimPool", "sim_processes", "simulate_samples", "usable_cores"]
 ENV_PROCESSES = "QNN_CI_SIM_PROCESSES"
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def sim_processes(samples: int, environ: dict[str, str] | None = None) -> int:
@@ -48,9 +43,7 @@ def sim_processes(samples: int, environ: dict[str, str] | None = None) -> int:
     asked = env.get(ENV_PROCESSES, "").strip()
     if asked.isdigit() and int(asked) > 0:
         return max(1, min(samples, int(asked)))
-    workers = env.get("PYTEST_XDIST_WORKER_COUNT", "").strip()
-    share = int(workers) if workers.isdigit() and int(workers) > 0 else 1
-    return max(1, min(samples, usable_cores() // share))
+    return max(1, min(samples, share_of_cores(env)))
 
 
 # -- in a worker process ---------------------------------------------------------------
@@ -137,50 +130,87 @@ def simulate_samples(ctx_model: Path, soc: SocInfo, samples: Sequence[Feeds], lo
     worker that is ready. Samples that take milliseconds are all done here before a
     worker is ready; the workers are then stopped. ``share_here`` False leaves the
     samples to the workers alone (for tests)."""
-    from qnn_ci.sim.numerics import htp_session
+    with SimPool(ctx_model, soc, samples, log_path, processes, share_here=share_here) as pool:
+        return pool.run()
 
-    total = len(samples)
-    found: dict[int, Outputs] = {}
-    n = min(processes, total) if share_here else min(processes, total + 1)
-    if n <= 1:
-        if not total:
-            return [], 0.0
-        session = htp_session(ctx_model, soc, log_path)
-        seconds = sum(_run_here(session, samples, i, log_path, found, total)
-                      for i in range(total))
-        return [found[i] for i in range(total)], seconds / total
-    started = time.monotonic()
-    log.info("simulating %d samples in up to %d processes", total, n)
-    mp = multiprocessing.get_context("spawn")
-    results, todo = mp.Queue(), mp.Queue()
-    for i in range(total):                # taken by whoever is free: this process too
-        todo.put(i)
-    for _ in range(n if share_here else n - 1):
-        todo.put(None)                    # one stop per taker: each worker, and this one
-    procs: list[Any] = []
-    seconds = 0.0
-    here = 0
-    try:
-        payloads = {i: _payload(samples, i) for i in range(total)}
-        for k in range(n - 1):
-            proc = mp.Process(target=_worker, name=f"qnn-ci-sim-{k}", daemon=True, args=(
-                payloads, todo, str(ctx_model), soc.name, str(log_path.parent), results))
-            proc.start()
-            procs.append(proc)
-        if share_here:
-            session = htp_session(ctx_model, soc, log_path)
-            while (i := todo.get(timeout=60)) is not None:
+
+class SimPool:
+    """``simulate_samples`` in two steps: the workers start (and load their sessions)
+    when the pool is made, so the caller can do other work -- the fp32 and QDQ runs
+    on CPU -- while they get ready and take samples; ``run`` then joins in and
+    returns the outputs. Leaving the ``with`` block stops the workers."""
+
+    def __init__(self, ctx_model: Path, soc: SocInfo, samples: Sequence[Feeds],
+                 log_path: Path, processes: int, *, share_here: bool = True) -> None:
+        self.ctx_model, self.soc, self.samples, self.log_path = ctx_model, soc, samples, log_path
+        self.share_here = share_here
+        total = len(samples)
+        self.n = min(processes, total) if share_here else min(processes, total + 1)
+        self.procs: list[Any] = []
+        self.started = time.monotonic()
+        self.results: Any = None
+        self.todo: Any = None
+        if self.n <= 1:
+            return
+        log.info("simulating %d samples in up to %d processes", total, self.n)
+        mp = multiprocessing.get_context("spawn")
+        self.results, self.todo = mp.Queue(), mp.Queue()
+        for i in range(total):                # taken by whoever is free: this process too
+            self.todo.put(i)
+        for _ in range(self.n if share_here else self.n - 1):
+            self.todo.put(None)               # one stop per taker: each worker, and this one
+        try:
+            payloads = {i: _payload(samples, i) for i in range(total)}
+            for k in range(self.n - 1):
+                proc = mp.Process(target=_worker, name=f"qnn-ci-sim-{k}", daemon=True, args=(
+                    payloads, self.todo, str(ctx_model), soc.name, str(log_path.parent),
+                    self.results))
+                proc.start()
+                self.procs.append(proc)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> SimPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self) -> tuple[list[Outputs], float]:
+        from qnn_ci.sim.numerics import htp_session
+
+        samples, log_path = self.samples, self.log_path
+        total = len(samples)
+        found: dict[int, Outputs] = {}
+        if self.n <= 1:
+            if not total:
+                return [], 0.0
+            session = htp_session(self.ctx_model, self.soc, log_path)
+            seconds = sum(_run_here(session, samples, i, log_path, found, total)
+                          for i in range(total))
+            return [found[i] for i in range(total)], seconds / total
+        seconds = 0.0
+        here = 0
+        if self.share_here:
+            session = htp_session(self.ctx_model, self.soc, log_path)
+            while (i := self.todo.get(timeout=60)) is not None:
                 seconds += _run_here(session, samples, i, log_path, found, total)
                 here += 1
-        seconds += _gather(procs, results, set(range(total)), found, total)
-    finally:   # every sample is in (or this failed): a worker still starting is stopped
-        for proc in procs:
+        seconds += _gather(self.procs, self.results, set(range(total)), found, total)
+        log.info("simulated %d samples in %.1f s, %d of them in worker processes", total,
+                 time.monotonic() - self.started, total - here)
+        return [found[i] for i in range(total)], seconds / total
+
+    def close(self) -> None:
+        """Every sample is in (or this failed): a worker still starting is stopped."""
+        if self.results is None:
+            return
+        for proc in self.procs:
             if proc.is_alive():
                 proc.terminate()
             proc.join()
-        results.close()
-        todo.close()
-        _merge_logs(log_path)
-    log.info("simulated %d samples in %.1f s, %d of them in worker processes", total,
-             time.monotonic() - started, total - here)
-    return [found[i] for i in range(total)], seconds / total
+        self.results.close()
+        self.todo.close()
+        self.results = None
+        _merge_logs(self.log_path)

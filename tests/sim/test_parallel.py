@@ -83,3 +83,27 @@ def test_this_process_and_a_worker_share_the_samples_and_finish(
         for a, b in zip(one, both, strict=True):
             assert a.keys() == b.keys()
             assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@needs_sim
+def test_workers_start_when_the_pool_is_made(graphs: dict[str, Path], conv_feeds,
+                                             tmp_path: Path) -> None:
+    """sim_numerics makes the pool before its CPU runs: the worker is already
+    starting then, and ``run`` gives the one-session numbers; leaving the block
+    stops it."""
+    from qnn_ci.sim.check import check_htp
+    from qnn_ci.sim.parallel import SimPool
+    from qnn_ci.sim.quantize import QuantSettings
+
+    soc = sim_target("SM8550")
+    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
+    feeds = conv_feeds(6, seed=4)
+    ctx_model = report.prepare.ctx_model
+    one, _ = simulate_samples(ctx_model, soc, feeds, tmp_path / "one" / "sim_run.log", 1)
+    with SimPool(ctx_model, soc, feeds, tmp_path / "pool" / "sim_run.log", 2,
+                 share_here=False) as pool:
+        assert len(pool.procs) == 1 and pool.procs[0].is_alive()   # before run()
+        outs, _ = pool.run()
+    assert not pool.procs[0].is_alive()
+    for a, b in zip(one, outs, strict=True):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
