@@ -12,7 +12,6 @@ changed.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import logging
 import math
@@ -80,6 +79,8 @@ Key = tuple[str, str, str]            # (export, soc, scope)
 
 @dataclass
 class Baselines:
+    """A qnn-baselines.yaml: the recorded values per (export, SoC, scope)."""
+
     path: Path
     entries: dict[Key, Entry] = field(default_factory=dict)
 
@@ -350,6 +351,8 @@ def latency_method(props: Mapping[str, Any]) -> str:
 def git_origin(folder: Path) -> tuple[str, str]:
     """(short commit of HEAD, today's UTC date) for the repository holding ``folder``;
     the commit is "unknown" outside git."""
+    import datetime
+
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
     try:
         done = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],

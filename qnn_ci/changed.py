@@ -46,6 +46,8 @@ _GIT_TIMEOUT_S = 120
 
 @dataclass
 class Selection:
+    """The exports changed since a git ref, and why each was selected or deselected."""
+
     ref: str
     commit: str
     selected: dict[str, list[str]] = field(default_factory=dict)   # export -> reasons

@@ -18,6 +18,8 @@ MACHINE_NAMES: dict[int, str] = _EXTRA_MACHINES | dict(ELF_MACHINE_BY_TARGET_PRE
 
 @dataclass(frozen=True)
 class ElfHeader:
+    """The fields of an ELF header qnn-ci checks: class, byte order, type, machine."""
+
     elf_class: int          # 1 = 32-bit, 2 = 64-bit
     endianness: str         # "little" | "big"
     e_type: int             # 3 = ET_DYN (shared object)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -62,6 +61,8 @@ def write_log(exc: BaseException, workdir: Path | None) -> Path | None:
     prefix = f"{_PREFIX}{time.strftime('%Y%m%dT%H%M%S')}-"
     folders: list[Path | None] = [workdir] if workdir is not None else []
     folders.append(None)   # the system's temporary folder
+    import tempfile  # only when there is a crash to log
+
     for folder in folders:
         try:
             if folder is not None:

@@ -11,7 +11,6 @@ not fit the input's dtype or are infinite where a finite one is needed.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib.util
 import json
 import logging
@@ -106,6 +105,8 @@ def _validator() -> Any:
 
 @dataclass
 class Manifest:
+    """A loaded qnn-ci.yaml: its exports, boards and each key's line."""
+
     path: Path
     exports: list[ExportSpec]
     boards: dict[str, Any] = field(default_factory=dict)   # name -> BoardConfig
@@ -155,6 +156,8 @@ class _Ctx:
 
 
 def _did_you_mean(word: str, choices: list[str]) -> str:
+    import difflib  # only for a misspelt key
+
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

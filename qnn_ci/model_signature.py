@@ -33,6 +33,8 @@ FORMAT = "1"
 
 @dataclass(frozen=True)
 class TensorIO:
+    """A graph input or output: name, dtype and dims (symbolic dims as names)."""
+
     name: str
     dtype: str                     # numpy dtype name, "?" when undefined
     dims: tuple[Dim, ...] | None   # None: no shape at all

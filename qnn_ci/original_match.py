@@ -39,6 +39,8 @@ Feeds = dict[str, "np.ndarray"]
 
 @dataclass
 class OutputMatch:
+    """One output of the adapted model against the original's: worst cosine and max_abs."""
+
     output: str                     # the adapted model's output name
     original: str                   # the original's (the same unless matched by position)
     cosine: float = 1.0             # worst over the samples
@@ -65,6 +67,8 @@ def _num(value: float) -> float | str:
 
 @dataclass
 class OriginalMatch:
+    """The adapted model against the original before surgery: per-output matches, notes."""
+
     bound: float
     samples: int = 0
     outputs: list[OutputMatch] = field(default_factory=list)

@@ -137,6 +137,8 @@ class _WouldRun(Exception):
 
 @dataclass
 class Event:
+    """A stage result as it becomes known (for a shell's progress output)."""
+
     export: str
     stage: str
     result: StageResult

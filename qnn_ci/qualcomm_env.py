@@ -62,12 +62,16 @@ _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))"
 
 @dataclass(frozen=True)
 class Sourced:
+    """A setting's value and the file line it came from."""
+
     value: str
     where: str                      # "path/.qualcomm-env:7"
 
 
 @dataclass
 class QualcommEnv:
+    """A project's `.qualcomm-env` file: its version and settings."""
+
     path: Path
     version: str
     values: dict[str, Sourced] = field(default_factory=dict)   # setting -> value

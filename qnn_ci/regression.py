@@ -19,6 +19,8 @@ from qnn_ci.baselines import COMPARISONS, LIBRARY, NODES, Entry
 
 @dataclass(frozen=True)
 class Rule:
+    """How a metric kind is judged against its baseline: which way is better, the tolerance."""
+
     higher_is_better: bool
     tolerance: float
     relative: bool            # tolerance as a fraction of the baseline value

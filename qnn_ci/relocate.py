@@ -30,6 +30,8 @@ _MAX_REWRITE = 64 << 20
 
 @dataclass(frozen=True)
 class Roots:
+    """The work folder and project folder a stored path is written relative to."""
+
     workdir: str
     project: str | None = None
 

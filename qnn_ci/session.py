@@ -24,6 +24,8 @@ __all__ = ["DEFAULT_WORKDIR", "Opened", "Options", "check_selection", "check_uni
 
 @dataclass
 class Options:
+    """What a shell (the CLI or the pytest plugin) asks of a run."""
+
     workdir: Path = Path(DEFAULT_WORKDIR)
     sdk_root: Path | None = None
     esdk_env: Path | None = None

@@ -15,6 +15,8 @@ from qnn_ci.tables import DEFAULT_BITWIDTHS, DEFAULT_COSINE
 
 @dataclass(frozen=True)
 class InputSpec:
+    """One graph input as the manifest declares it: the shape to pin, dtype, encoding."""
+
     name: str
     shape: tuple[int, ...] | None = None   # the static shape to pin
     dtype: str | None = None               # numpy dtype name, e.g. "float32", "int64"
@@ -26,6 +28,8 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class CalibrationSpec:
+    """Where an export's calibration samples come from, and how many are held out."""
+
     samples: int | None = None             # None: every line of an input list, 100 from a generator
     input_list: Path | None = None         # an existing input list
     generator: str | None = None           # "package.module:function"
@@ -38,6 +42,8 @@ class CalibrationSpec:
 
 @dataclass(frozen=True)
 class QuantizationSpec:
+    """The converter's quantization settings: bit widths, calibration methods, overrides."""
+
     act_bitwidth: int = DEFAULT_BITWIDTHS["act"]
     weights_bitwidth: int = DEFAULT_BITWIDTHS["weight"]
     bias_bitwidth: int = DEFAULT_BITWIDTHS["bias"]
@@ -52,12 +58,16 @@ class QuantizationSpec:
 
 @dataclass(frozen=True)
 class TargetSpec:
+    """The device an export is for: its SoC and the model library's target triple."""
+
     soc: str | None = None                 # a name from qnn_ci.tables.SOCS
     lib_target: str | None = None          # e.g. aarch64-oe-linux-gcc11.2
 
 
 @dataclass(frozen=True)
 class SdkSpec:
+    """Where the QAIRT SDK is, and how long its tools may run."""
+
     root: Path | None = None               # else $QNN_SDK_ROOT
     esdk_env: Path | None = None           # else $ESDK_ENV
     timeout_s: float = 3600.0
@@ -65,11 +75,15 @@ class SdkSpec:
 
 @dataclass(frozen=True)
 class SimSpec:
+    """Settings of the HTP simulator stages."""
+
     samples: int = 2                       # simulated inferences (the simulator is slow)
 
 
 @dataclass(frozen=True)
 class DiagnosisSpec:
+    """Whether and how long to diagnose a numeric failure."""
+
     enabled: bool = True                   # diagnose a failing sim_numerics / htp_vs_cpu
     budget_s: float = 600.0                # the recipe advisor's time budget
     advisor: bool = True                   # try remedies within the budget
@@ -80,6 +94,8 @@ DEFAULT_ORIGINAL_COSINE = 0.999999
 
 @dataclass(frozen=True)
 class LatencySpec:
+    """How the board stages time inference."""
+
     runs: int = 20                         # inferences timed on the board
     perf_profile: str = "burst"            # qnn-net-run --perf_profile
     enabled: bool = True
@@ -87,6 +103,8 @@ class LatencySpec:
 
 @dataclass(frozen=True)
 class RegressionSpec:
+    """The nightly regression check: per-metric tolerances and the baselines file."""
+
     tolerances: dict[str, float] = field(default_factory=dict)   # metric -> tolerance
     enabled: bool = True
     baselines: Path | None = None   # the manifest's qnn-baselines.yaml (set by the loader)
@@ -114,6 +132,8 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class ExportSpec:
+    """One export of a manifest, resolved: what every stage reads (paths absolute)."""
+
     name: str
     model: Path
     manifest: Path

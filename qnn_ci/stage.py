@@ -39,6 +39,8 @@ class Environment:
 
 @dataclass
 class StageContext:
+    """What a stage run gets: its export, environment, work folder and upstream results."""
+
     export: ExportSpec
     env: Environment
     workdir: Path                                   # <workdir>/<export>/<stage>/, exists

@@ -15,6 +15,8 @@ from qnn_ci.errors import UserError
 
 @dataclass(frozen=True)
 class SocInfo:
+    """One Snapdragon SoC: its ids, HTP architecture, FP16 support and VTCM size."""
+
     name: str
     sdk_soc_id: int          # the id the SDK docs / htp config (`soc_id`) use
     sim_soc_id: int | None   # the numeric `soc_model` onnxruntime-qnn accepts for it

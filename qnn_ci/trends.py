@@ -71,6 +71,8 @@ def drift(values: list[float], metric: str, rule: regression.Rule | None) -> str
 
 @dataclass
 class Trend:
+    """One metric's history for an export x SoC x board x stage, and its drift, if any."""
+
     export: str
     soc: str | None
     board: str | None

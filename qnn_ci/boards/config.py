@@ -11,6 +11,8 @@ TransportKind = Literal["ssh", "adb", "local"]
 
 @dataclass(frozen=True)
 class BoardConfig:
+    """One board as declared: how to reach it (SSH or ADB) and what it has."""
+
     name: str
     transport: TransportKind
     soc: str | None = None

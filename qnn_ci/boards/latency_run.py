@@ -49,6 +49,8 @@ CSV_OUTPUT = "profile.csv"          # the viewer's --output (event stream)
 
 @dataclass(frozen=True)
 class LatencyRequest:
+    """What a latency measurement asks for: runs, perf profile, the host's profile viewer."""
+
     runs: int = 20
     perf_profile: str = "burst"
     host_viewer: Path | None = None      # the host SDK's qnn-profile-viewer, if any

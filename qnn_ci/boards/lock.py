@@ -66,6 +66,8 @@ class BoardLockedError(ToolError):
 
 @dataclass(frozen=True)
 class LockInfo:
+    """Who holds a board's lock: host, pid, runner id and since when (one JSON line)."""
+
     host: str
     pid: int
     runner: str

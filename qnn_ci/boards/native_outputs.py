@@ -39,6 +39,8 @@ _TYPE = re.compile(r"QNN_DATATYPE_(?:(?P<int>U?INT)|(?P<fixed>[SU])FIXED_POINT|"
 
 @dataclass(frozen=True)
 class NativeType:
+    """A graph output's type in its native file: QNN data type, numpy dtype, scale/offset."""
+
     tensor: str                  # the tensor's name in _net.json
     data_type: str               # QNN_DATATYPE_*
     dtype: np.dtype              # how the file stores it (little-endian)

@@ -46,6 +46,8 @@ _RESULT = re.compile(r"Result_\d+\Z")
 
 @dataclass
 class BackendOutcome:
+    """One backend's qnn-net-run on the board: exit status, time, pulled outputs and log."""
+
     backend: str                    # "cpu" | "htp"
     ok: bool
     exit_code: int | None
@@ -66,6 +68,8 @@ class BackendOutcome:
 
 @dataclass
 class NetRunResult:
+    """A board run of a model library: each backend's outcome, versions, latency, findings."""
+
     board: str
     remote_dir: str
     samples: int

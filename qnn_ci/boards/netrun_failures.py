@@ -36,6 +36,8 @@ _ERROR_LINE = re.compile(r"\[\s*ERROR\s*\]\s*(.*)|^ERROR:?\s*(.*)")
 
 @dataclass(frozen=True)
 class NetRunFailure:
+    """A qnn-net-run failure told apart: its check id, a one-line message, the tool's text."""
+
     check: str          # board.load_backend | board.load_model | board.execution | ...
     message: str        # one line: what failed, the tool's own words, what to do
     tool_text: str      # the tool's most relevant line(s)

@@ -26,6 +26,8 @@ HOST_KEY_POLICIES = ("reject", "accept-new", "ignore")
 
 @dataclass(frozen=True)
 class _Field:
+    """One key of a board declaration: its kind, help text and the values it accepts."""
+
     kind: str                     # str, abs, int, number, path, env, enum
     help: str
     only: str | None = None       # the one transport the key applies to

@@ -25,6 +25,8 @@ _CHUNK = 4 * 1024 * 1024   # elements per NaN-scan chunk
 
 @dataclass(frozen=True)
 class ExpectedOutput:
+    """An output qnn-net-run should write: its name, file name, size and native dtype."""
+
     name: str                   # graph output name
     file: str                   # file base name (the converter-sanitized name)
     count: int | None           # element count, None when unknown

@@ -23,6 +23,8 @@ _TRIPLE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 @dataclass(frozen=True)
 class BoardVersion:
+    """The QNN release of a board's libraries, with the text and file it was read from."""
+
     version: str | None      # e.g. "2.31.0" (None: could not be read)
     raw: str                 # the matched text
     source: str              # the file or command it came from

@@ -20,6 +20,8 @@ if TYPE_CHECKING:   # numpy only when arrays are read or written (cached runs sk
 
 @dataclass(frozen=True)
 class InputLine:
+    """One sample line of an input list: its (input name, raw file) entries."""
+
     lineno: int
     entries: tuple[tuple[str | None, str], ...]   # (name or None for a plain path, path)
     text: str = ""                                # the line, stripped (for diagnostics)
@@ -27,6 +29,8 @@ class InputLine:
 
 @dataclass(frozen=True)
 class InputList:
+    """A parsed `input_list.txt`: the optional header and its sample lines."""
+
     path: Path
     header: str | None            # the optional leading `#` line
     lines: tuple[InputLine, ...]

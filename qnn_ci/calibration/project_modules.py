@@ -38,6 +38,8 @@ _SKIP_PARTS = ("site-packages", "dist-packages")
 
 @dataclass(frozen=True)
 class Closure:
+    """The project's own modules a calibration generator imports, and the rest it names."""
+
     files: dict[str, Path] = field(default_factory=dict)   # module name -> project file
     roots: tuple[Path, ...] = ()                             # the project's folders
     third_party: tuple[str, ...] = ()                        # top-level names imported

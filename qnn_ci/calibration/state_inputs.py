@@ -31,6 +31,8 @@ _SUFFIXES = (("_in", "_out"), ("_input", "_output"))
 
 @dataclass(frozen=True)
 class Tensor:
+    """A graph input or output as the state-input pairing sees it."""
+
     name: str
     dtype: str
     shape: tuple[int, ...] | None      # None: not known

@@ -23,6 +23,8 @@ _CHUNK = 1 << 22
 
 @dataclass
 class ValidationReport:
+    """What validating a calibration input list found, per input and overall."""
+
     input_list: Path
     samples: int
     inputs: list[dict[str, Any]]

@@ -34,6 +34,8 @@ Expected = Mapping[str, tuple[str | np.dtype | None, tuple[int, ...] | None]]
 
 @dataclass
 class SampleResult:
+    """One output on one sample: its metrics, findings and the metrics out of bounds."""
+
     output: str
     sample: int
     metrics: OutputMetrics | None          # None: not compared (missing / short)
@@ -59,6 +61,8 @@ class SampleResult:
 
 @dataclass
 class OutputResult:
+    """One output compared over every sample, with the bounds it was judged by."""
+
     name: str                              # the reference's key (or the expected name)
     test_key: str
     bounds: dict[str, float]
@@ -86,6 +90,8 @@ class Failure:
 
 @dataclass
 class Comparison:
+    """Two output sets compared: the per-output results and every finding, in order."""
+
     reference: str
     test: str
     outputs: list[OutputResult] = field(default_factory=list)

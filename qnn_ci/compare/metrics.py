@@ -53,6 +53,8 @@ class HistogramBucket:
 
 @dataclass
 class OutputMetrics:
+    """One test output's metrics against its reference, NaN/Inf counts and error spread."""
+
     count: int                       # elements compared (reference length)
     finite: int                      # positions where both are finite
     cosine: float | None

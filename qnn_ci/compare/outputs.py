@@ -143,6 +143,8 @@ class ArraySource:
 
 @dataclass
 class OutputFiles:
+    """One output's files in one sample: the float32 file and/or the native-type file."""
+
     float: ArraySource | None = None    # <tensor>.raw or <tensor>.npy
     native: ArraySource | None = None   # <tensor>_native.raw
 
@@ -152,6 +154,8 @@ class OutputFiles:
 
 @dataclass
 class OutputSet:
+    """A set of model outputs found on disk: its layout, samples and files per output."""
+
     root: Path
     kind: str                                   # "qnn-net-run" | "folder" | "file"
     samples: list[int]

@@ -28,6 +28,8 @@ UNITS = {"snr": " dB", "psnr": " dB"}
 
 @dataclass(frozen=True)
 class ThresholdSetting:
+    """One ``[OUTPUT:]METRIC=VALUE`` threshold (output None: every output)."""
+
     output: str | None      # None: every output
     metric: str
     value: float

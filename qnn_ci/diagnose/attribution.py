@@ -54,6 +54,8 @@ BOARD_LABELS = Labels("HTP backend", "CPU backend")
 
 @dataclass(frozen=True)
 class _Failure:
+    """One output's metric that failed its bound: target and reference values, the verdict."""
+
     output: str
     metric: str
     target: float

@@ -52,6 +52,8 @@ PER_ROUND = 15
 
 @dataclass
 class BisectResult:
+    """The simulator bisection: the first divergence, the probed tensors and its cost."""
+
     first: FirstDivergence | None
     layers: list[LayerMetrics]                 # the probed tensors, topological order
     jumps: list[LayerMetrics]

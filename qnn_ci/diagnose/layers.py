@@ -58,6 +58,8 @@ TOP_JUMPS = 5
 
 @dataclass(frozen=True)
 class TensorInfo:
+    """One float tensor of the reference graph: the node, op type and inputs that make it."""
+
     tensor: str
     node: str
     op_type: str
@@ -289,6 +291,8 @@ def effective_cosine(m: LayerMetrics) -> float | None:
 
 @dataclass
 class LayerReport:
+    """Per-layer metrics: the first divergence, the worst jumps and what was not compared."""
+
     layers: list[LayerMetrics]
     first: FirstDivergence | None
     jumps: list[LayerMetrics]

@@ -58,6 +58,8 @@ class LayerMetrics:
 
 @dataclass
 class FirstDivergence:
+    """The first tensor whose metric crosses its bound: where it is, its metrics there."""
+
     tensor: str
     node: str
     op_type: str
@@ -108,6 +110,8 @@ class Recipe:
 
 @dataclass
 class Diagnosis:
+    """Where a numeric failure comes from: attribution, first divergence, layers, fixes."""
+
     attribution: str                                     # one of ATTRIBUTIONS
     detail: str = ""                                     # one line: the numbers behind it
     path: str = ""                                       # "qdq-cpu" | "sim-bisection" |

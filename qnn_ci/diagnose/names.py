@@ -56,6 +56,8 @@ def _loose(key: str) -> str:
 
 @dataclass
 class NameMap:
+    """``--debug`` file keys mapped to ONNX tensor names, and the files left out and why."""
+
     matched: dict[str, str] = field(default_factory=dict)        # file key -> ONNX name
     collisions: dict[str, list[str]] = field(default_factory=dict)  # file key -> candidates
     unmatched: list[str] = field(default_factory=list)           # file keys, no ONNX name

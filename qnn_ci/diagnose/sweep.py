@@ -34,6 +34,8 @@ Feeds = dict[str, np.ndarray]
 
 @dataclass
 class SweepResult:
+    """The QDQ CPU per-layer sweep: its layer report, the tensors swept and the time taken."""
+
     report: LayerReport
     order: list[TensorInfo]
     names: QuantizedNames

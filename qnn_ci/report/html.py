@@ -69,6 +69,8 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 @dataclass
 class _Export:
+    """One export as the report shows it: where it is declared and its stage entries."""
+
     name: str
     manifest: str = ""
     line: int = 0
@@ -98,6 +100,8 @@ def _badge(status: str) -> str:
 
 @dataclass
 class _Metric:
+    """One output metric from a stage's JUnit properties: its value, and its bound if any."""
+
     stage: str
     comparison: str            # property prefix, e.g. sim_vs_fp32
     output: str

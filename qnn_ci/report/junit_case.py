@@ -14,6 +14,8 @@ Entry = dict[str, Any]     # {"message": ..., "output": ..., "type": ...}
 
 @dataclass(eq=False)
 class TestCase:
+    """One JUnit testcase: name, time, file, output, properties, failures, errors, skips."""
+
     name: str
     classname: str | None = None
     elapsed_sec: float | None = None

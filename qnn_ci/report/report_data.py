@@ -42,6 +42,8 @@ class StageEntry:
 
 @dataclass
 class ReportInput:
+    """What the report's readers found: stage entries, and notes on what was unreadable."""
+
     entries: list[StageEntry] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # what could not be read, one line each
 

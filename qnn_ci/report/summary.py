@@ -21,6 +21,8 @@ _ICON = {Status.PASSED: "✅", Status.FAILED: "❌", Status.SKIPPED: "⏭️", S
 
 @dataclass
 class Row:
+    """One stage result of the summary table, with where its export is declared."""
+
     manifest: Path
     export: str
     line: int

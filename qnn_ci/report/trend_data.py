@@ -15,6 +15,8 @@ LAST = 30                            # points per series drawn
 
 @dataclass(frozen=True)
 class Point:
+    """One point of a trend series: the run's date and commit, and the metric's value."""
+
     date: str
     commit: str
     value: float
@@ -22,6 +24,8 @@ class Point:
 
 @dataclass
 class Trends:
+    """The trend series of each export, the drifts flagged in them, and notes for the page."""
+
     # export -> series label -> points, oldest first
     series: dict[str, dict[str, list[Point]]] = field(default_factory=dict)
     drifts: dict[tuple[str, str], str] = field(default_factory=dict)   # (export, label)

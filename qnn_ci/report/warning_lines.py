@@ -20,6 +20,8 @@ _NUMBER = re.compile(r"(?<![\w.])\d+(?![\w.])")
 
 @dataclass
 class WarningGroup:
+    """Warnings of one kind: the first one's text and how many there were."""
+
     text: str      # the first warning of the group, "[check] message"
     count: int
 

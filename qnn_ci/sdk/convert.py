@@ -37,6 +37,8 @@ _NO_STATIC_RE = re.compile(r"no static tensors|no weights|no (?:params|parameter
 
 @dataclass
 class ConvertOutcome:
+    """One qnn-onnx-converter run: the files it wrote, why it failed or what to note."""
+
     run: ToolRun
     cpp: Path | None = None
     bin: Path | None = None

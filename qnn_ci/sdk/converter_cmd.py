@@ -41,6 +41,8 @@ _FAILED_PROBES: dict[str, ToolRunError] = {}
 
 @dataclass(frozen=True)
 class ConverterHelp:
+    """What an SDK's converter ``--help`` lists: its flags, the text's hash, a version."""
+
     flags: frozenset[str]
     help_hash: str          # sha256 of the help text
     version: str | None     # a version the help text reveals, if any
@@ -142,6 +144,8 @@ def clear_memory_cache() -> None:
 
 @dataclass(frozen=True)
 class _Input:
+    """One input of a converter command line: its name, dims, dtype and input encoding."""
+
     name: str
     dims: tuple[int, ...] | None
     dtype: str | None

@@ -60,6 +60,8 @@ _AXIS = re.compile(r"\.axis\s*=\s*(-?\d+)")
 
 @dataclass
 class CppTensor:
+    """One ``Qnn_Tensor_t`` of the generated source: type, data type, dims, quantization."""
+
     name: str
     type: str | None = None            # QNN_TENSOR_TYPE_*
     data_type: str | None = None       # QNN_DATATYPE_*
@@ -77,6 +79,8 @@ class CppTensor:
 
 @dataclass
 class CppNode:
+    """One ``model.addNode`` call of the generated source: name, package, op type, inputs."""
+
     name: str
     package: str
     type: str
@@ -88,6 +92,8 @@ class CppNode:
 
 @dataclass
 class CppModel:
+    """The converter's generated source read: tensors, nodes, graphs and what is missing."""
+
     source: str
     tensors: list[CppTensor]
     nodes: list[CppNode]

@@ -36,6 +36,8 @@ HEADER_CELLS = ("layers", "ops", "inputs", "outputs", "attributes")
 
 @dataclass(frozen=True)
 class DryRunProblem:
+    """One problem row of a dry run's table: the layer, op, column and problem text."""
+
     layer: str
     op: str
     column: str          # "Ops" | "Inputs" | "Outputs" | "Attributes"
@@ -48,6 +50,8 @@ class DryRunProblem:
 
 @dataclass
 class DryRunReport:
+    """What a converter dry-run log says: the problems listed, and the markers seen."""
+
     problems: list[DryRunProblem] = field(default_factory=list)
     clean: bool = False            # the "have been evaluated" line was seen
     evaluated: bool = False        # "Proceeding with model evaluation" was seen

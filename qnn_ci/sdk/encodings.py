@@ -48,6 +48,8 @@ MAX_LIST_DEPTH = 8              # scale/offset values nest at most a few levels
 
 @dataclass
 class Enc:
+    """One AIMET encoding: bitwidth, dtype, scale/offset or min/max, per-channel/block axis."""
+
     bitwidth: int | None
     dtype: str = "int"                 # "int" | "float"
     scale: float | None = None
@@ -67,6 +69,8 @@ class Enc:
 
 @dataclass
 class Encodings:
+    """An AIMET ``.encodings`` file read: its version and each section's encodings by name."""
+
     source: str
     version: str
     activations: dict[str, list[Enc]] = field(default_factory=dict)

@@ -99,6 +99,8 @@ def _sanitise(name: str) -> str:
 
 @dataclass
 class Coverage:
+    """How an encodings file covers a model: unknown names, uncovered tensors, counts."""
+
     unknown: list[str]                 # names in the file the model does not have
     uncovered: list[str]               # quantizable tensors the file leaves to --input_list
     counts: dict[str, int]

@@ -32,6 +32,8 @@ FP16_NAME = "QNN_DATATYPE_FLOAT_16"
 
 @dataclass
 class Fp16Report:
+    """The FP16 audit of one converter output: FP16 tensors, total, why it is incomplete."""
+
     source: str
     tensors: list[str]                 # names of the FP16 tensors
     total_tensors: int

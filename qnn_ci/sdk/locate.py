@@ -42,6 +42,8 @@ _VERSION_RE = re.compile(r"(?<![\d.])v?(\d+\.\d+\.\d+)(?:\.\d+)?(?![\d])")
 
 @dataclass
 class Sdk:
+    """A located QAIRT SDK: its root, eSDK environment script and version."""
+
     root: Path
     esdk_env: Path | None
     version: str | None

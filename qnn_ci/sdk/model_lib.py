@@ -35,6 +35,8 @@ _TARGET_TOKEN_RE = re.compile(r"^[A-Za-z0-9][\w.+-]*$")
 
 @dataclass
 class LibTargets:
+    """The library targets qnn-model-lib-generator says it supports, and its defaults."""
+
     supported: list[str]
     defaults: list[str] = field(default_factory=list)
 
@@ -140,6 +142,8 @@ def library_name(export_name: str) -> str:
 
 @dataclass
 class LibOutcome:
+    """One qnn-model-lib-generator run for a target: the library built and what failed."""
+
     run: ToolRun
     target: str
     library: Path | None = None

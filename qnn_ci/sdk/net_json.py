@@ -34,6 +34,8 @@ TENSOR_TYPE_BY_CODE: dict[int, str] = {
 
 @dataclass
 class NetTensor:
+    """One tensor of a ``_net.json``: type code, data type, dims and quantization params."""
+
     name: str
     type_code: int | None
     data_type_code: int | None
@@ -53,6 +55,8 @@ class NetTensor:
 
 @dataclass
 class NetNode:
+    """One node of a ``_net.json``: name, op package, op type, input and output tensors."""
+
     name: str
     package: str | None
     type: str | None
@@ -65,6 +69,8 @@ class NetNode:
 
 @dataclass
 class NetJson:
+    """A ``_net.json`` read: tensors, nodes, the recorded converter command, op types."""
+
     source: str
     tensors: list[NetTensor]
     nodes: list[NetNode]

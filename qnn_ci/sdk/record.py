@@ -186,6 +186,8 @@ class AliasConflict:
 
 @dataclass
 class ConverterRecord:
+    """The converter's recorded argument list: the arguments, SDK version, era, problems."""
+
     tool: str
     sdk_version: str | None                    # "2.27.0"
     args: dict[str, str]                       # canonical name -> raw value text

@@ -53,6 +53,8 @@ class ToolRunError(ToolError):
 
 @dataclass
 class ToolRun:
+    """One SDK tool process: its command line, exit status, output and log file."""
+
     argv: list[str]
     exit_code: int | None          # None only if the process could not be reaped
     output: str                    # combined stdout + stderr

@@ -34,6 +34,8 @@ DATA_DEPENDENT_OPS = frozenset({"NonZero", "NonMaxSuppression", "Unique", "Compr
 
 @dataclass
 class FillResult:
+    """Shapes filled from onnxruntime (tensor -> dims, element type) and tensors skipped."""
+
     shapes: dict[str, tuple[tuple[int, ...], int]] = field(default_factory=dict)
     skipped: list[tuple[str, str]] = field(default_factory=list)   # (tensor, reason)
 

@@ -183,6 +183,8 @@ def infer(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
 
 @dataclass
 class TensorListing:
+    """Every tensor some node produces, by how much of its shape is known."""
+
     static: list[InteriorTensor] = field(default_factory=list)
     dynamic: list[InteriorTensor] = field(default_factory=list)
     unshaped: list[InteriorTensor] = field(default_factory=list)

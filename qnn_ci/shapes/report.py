@@ -28,6 +28,8 @@ LOOSE_SHOWN = 5          # dynamic inputs/outputs named in the summary line
 
 @dataclass(frozen=True)
 class DimInfo:
+    """One dim of a tensor shape: its kind (static, -1, symbolic, unknown), value or name."""
+
     kind: str
     value: int | None = None     # the dim_value (static or minus_one)
     param: str | None = None     # the dim_param (symbolic)
@@ -171,6 +173,8 @@ class EquivalenceCheck:
 
 @dataclass
 class TensorCounts:
+    """How many produced tensors there are, and how many are static, dynamic, unshaped."""
+
     tensors: int = 0
     static: int = 0
     dynamic: int = 0
@@ -183,6 +187,8 @@ class TensorCounts:
 
 @dataclass
 class ShapeReport:
+    """What the static-shape stage found for one model (``qnn-ci shapes --json``)."""
+
     model: str
     inputs: list[TensorShapeInfo] = field(default_factory=list)
     outputs: list[TensorShapeInfo] = field(default_factory=list)

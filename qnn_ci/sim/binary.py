@@ -20,6 +20,8 @@ _WINDOW = 4096   # the fields sit within a few hundred bytes after soc_type
 
 @dataclass(frozen=True)
 class ContextInfo:
+    """What a QNN context binary says it was built for: SoC type, HTP arch, VTCM size."""
+
     soc_type: str | None
     arch: int | None
     vtcm_size: int | None

@@ -42,6 +42,8 @@ def quantize_here(src: Path, dst: Path, samples: Sequence[Feeds], settings: Quan
 
 @dataclass
 class SimNpuReport:
+    """The ``sim_npu`` check on one SoC: quantize and prepare results, FP16 audit, findings."""
+
     soc: SocInfo
     model: Path
     out_dir: Path

@@ -36,6 +36,8 @@ QNN_ERROR_CODES = {3110: "QNN op-config validation failed (the HTP does not supp
 
 @dataclass
 class RejectedNode:
+    """A node the HTP rejected: its ONNX and QNN op types, QNN error code and reason."""
+
     name: str                      # as the EP named it (may carry a `_token_N` suffix)
     op_type: str | None = None     # ONNX op type
     qnn_type: str | None = None    # QNN op type
@@ -67,6 +69,8 @@ class RejectedNode:
 
 @dataclass
 class EpLog:
+    """What a QNN EP log says: rejected nodes, per-op-type failures and error lines."""
+
     rejected: list[RejectedNode]
     unit_failures: list[tuple[str, int, str]]   # (ONNX op type, node count, reason)
     errors: list[str]                           # ERROR/FATAL messages, in order, deduplicated

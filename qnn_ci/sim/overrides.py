@@ -21,6 +21,8 @@ import onnx
 
 @dataclass
 class OverrideSet:
+    """AIMET encodings as onnxruntime tensor overrides, and which were applied or skipped."""
+
     overrides: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     applied: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)     # names the model does not have

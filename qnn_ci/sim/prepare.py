@@ -59,6 +59,8 @@ STATIC_SHAPES_HINT = ("pin every dim first: the static_shapes stage (manifest `i
 
 @dataclass
 class PrepareResult:
+    """A QDQ model prepared for one SoC's HTP: files written, where the nodes went, why."""
+
     soc: SocInfo
     prepared: bool
     ep_log: Path

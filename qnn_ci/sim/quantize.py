@@ -42,6 +42,8 @@ _CALIBRATION = {"min-max": "MinMax", "minmax": "MinMax", "entropy": "Entropy",
 
 @dataclass(frozen=True)
 class QuantSettings:
+    """How to quantize for the HTP: bitwidths, per-channel, calibration, AIMET overrides."""
+
     act_bitwidth: int = 16
     weights_bitwidth: int = 8
     bias_bitwidth: int = 32
@@ -62,6 +64,8 @@ class QuantSettings:
 
 @dataclass
 class QuantizeResult:
+    """The QDQ model quantized for the HTP: its path, rewrites, samples and findings."""
+
     model: Path
     constants_folded: int
     samples: int

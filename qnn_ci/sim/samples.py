@@ -21,6 +21,8 @@ Feeds = dict[str, np.ndarray]
 
 @dataclass(frozen=True)
 class InputMeta:
+    """One graph input of a model: its name, dtype and shape."""
+
     name: str
     dtype: str
     shape: tuple[int, ...]

@@ -23,6 +23,8 @@ class DiskFullError(ToolError):
 
 @dataclass
 class CommandResult:
+    """A command run on a board: exit status, output, whether it timed out."""
+
     argv: list[str]
     exit_code: int          # -1 when killed by a signal or the connection dropped
     stdout: str
