@@ -48,14 +48,27 @@ def jsonable(value: Any) -> Any:
 
 
 _PLAIN = (str, int, float, bool, type(None))
+_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """A dataclass's field names in order (as ``dataclasses.fields``); None for others."""
+    try:
+        return _FIELDS[cls]
+    except KeyError:
+        pass
+    names = (tuple(f.name for f in dataclasses.fields(cls))
+             if dataclasses.is_dataclass(cls) else None)
+    _FIELDS[cls] = names
+    return names
 
 
 def _jsonable(value: Any) -> Any:
     if type(value) in _PLAIN:       # the common leaves first: keys are hashed per stage
         return value
-    fields = getattr(type(value), "__dataclass_fields__", None)
-    if fields is not None and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    names = _field_names(type(value))
+    if names is not None and not isinstance(value, type):
+        return {name: _jsonable(getattr(value, name)) for name in names}
     if isinstance(value, Path):
         # A file by its content only: the same bytes at another path (another clone,
         # another runner) are the same input. Other paths (folders) as written.
@@ -70,7 +83,12 @@ def _jsonable(value: Any) -> Any:
 
 def digest(parts: Any) -> str:
     """A stable hash of plain values, dataclasses and files (by content)."""
-    text = json.dumps(_jsonable(parts), sort_keys=True, default=str)
+    return plain_digest(_jsonable(parts))
+
+
+def plain_digest(plain: Any) -> str:
+    """``digest`` of what ``jsonable`` already made plain (the same hash, one walk less)."""
+    text = json.dumps(plain, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci import __version__
-from qnn_ci.cache import ResultStore, digest, file_digest, jsonable
+from qnn_ci.cache import ResultStore, digest, file_digest, jsonable, plain_digest
 from qnn_ci.errors import UserError
 from qnn_ci.relocate import Roots, project_root, tokenize
 from qnn_ci.results import Finding, Severity, StageResult, Status
@@ -267,7 +267,7 @@ class Pipeline:
             stage_dir.mkdir(parents=True, exist_ok=True)
             return self._crash(stage, ctx, exc)
         roots = self.roots(export)
-        cache_key = digest(tokenize(jsonable({
+        cache_key = plain_digest(tokenize(jsonable({
             "qnn_ci": __version__, "stage": stage_name, "version": stage.version,
             "export": export_settings(export, stage), "fingerprint": fingerprint,
             "upstream": {n: _identity(r, self._keys.get((export_name, n)))
