@@ -11,6 +11,9 @@ reports):
   same number of passing and skipped items, in the same paired run -- pytest's own
   per-item cost, which no plugin can go below.
 
+Next to them, the machine's speed at the time: the interpreter's own start-up
+(``python -c pass``) paired with one cached export.
+
 Per export is the whole run's time / N (start-up included, as the issue measured
 it); the marginal cost ((run of N - run of 1) / (N - 1), from paired runs) is
 printed next to it. SDK and board stages skip (no SDK, no board), the simulator
@@ -58,6 +61,8 @@ def main() -> None:
         bare = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                 "-p", "no:qnn_ci", "test_floor.py"]
         f = paired(at(many, pytest), at(floor_dir, bare), args.repeat, env=env)
+        # The machine's speed now: the interpreter's own start-up, paired with one export.
+        y = paired(at(one, cli), [sys.executable, "-c", "pass"], args.repeat, env=env)
     print(f"cached re-runs, tiny exports; {NOISE_NOTE}")
     print(f"qnn-ci run, 1 export vs {n} exports (paired, whole processes):")
     print(c.describe("1 export", f"{n} exports"))
@@ -76,6 +81,9 @@ def main() -> None:
     print(f"pytest's own floor for these items: {floor_per:.1f} ms/export "
           f"({1000 * f.b.median / (passed + skipped):.2f} ms/item); qnn-ci's share above it: "
           f"{1000 * (f.a.median - f.b.median) / n:.1f} ms/export")
+    print(f"yardstick: `python -c pass` here and now {1000 * y.b.median:.0f} ms "
+          f"(one cached export in the same pairs {1000 * y.a.median:.0f} ms: qnn-ci's own "
+          f"{1000 * (y.a.median - y.b.median):.0f} ms)")
     print(goal_line("qnn-ci run, one cached export (median wall)", c.a.median, "<= 0.25 s",
                     c.a.median <= 0.25, unit=" s"))
     print(goal_line(f"qnn-ci run, {n} cached exports, per export (median wall / {n})",

@@ -89,8 +89,12 @@ def htp_session_options(soc: SocInfo, *, allow_cpu_fallback: bool = False,
     ort = _ort()
     so = limit_threads(ort.SessionOptions())
     so.log_severity_level = log_severity
+    # With every node on the HTP, onnxruntime's CPU worker threads have nothing to do
+    # but spin beside the simulator (which keeps the cores busy itself).
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not allow_cpu_fallback:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        so.intra_op_num_threads = 1   # every node is on the HTP: no CPU kernels to share
     if record_assignment:
         so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     from qnn_ci.sim.quantize import QDQ_SESSION_CONFIG
