@@ -134,8 +134,18 @@ class _Serialised:
 
 
 # An attribute value, quoted: line breaks and tabs as character references, so they
-# read back as they were (as ElementTree writes them).
-_attr = quoteattr
+# read back as they were (as ElementTree writes them). Names, paths, class names and
+# many values repeat across a run's cases: each is quoted once.
+_QUOTED: dict[str, str] = {}
+
+
+def _attr(value: str) -> str:
+    quoted = _QUOTED.get(value)
+    if quoted is None:
+        quoted = quoteattr(value)
+        if len(_QUOTED) < 50_000 and len(value) < 512:
+            _QUOTED[value] = quoted
+    return quoted
 
 
 def _text(value: str) -> str:
@@ -147,28 +157,31 @@ def _element(tag: str, attrs: dict[str, str], text: str | None, pad: str) -> str
     return f"{head}>{_text(text)}</{tag}>" if text else head + " />"
 
 
+_CASE_ATTRS = (("timestamp", "timestamp"), ("classname", "classname"), ("status", "status"),
+               ("category", "class"), ("file", "file"), ("line", "line"), ("log", "log"),
+               ("url", "url"))
+
+
 def case_xml(case: TestCase) -> str:
     """One ``<testcase>`` as text, indented for its place in the report: the elements
     and attributes junit-xml writes, plus the case's <properties> first. Every text
     is made XML-writable on the way out (``xml_text``: the report must always parse)."""
-    attrs = {"name": case.name}
+    head = ["<testcase name=", _attr(case.name)]
     if case.assertions:
-        attrs["assertions"] = f"{case.assertions:d}"
+        head += [" assertions=", _attr(f"{case.assertions:d}")]
     if case.elapsed_sec is not None:     # a cached stage's near-zero read included
-        attrs["time"] = f"{case.elapsed_sec:f}"
-    for attr, key in (("timestamp", "timestamp"), ("classname", "classname"),
-                      ("status", "status"), ("category", "class"), ("file", "file"),
-                      ("line", "line"), ("log", "log"), ("url", "url")):
+        head += [' time="', f"{case.elapsed_sec:f}", '"']
+    for attr, key in _CASE_ATTRS:
         value = getattr(case, attr, None)
         if value:
-            attrs[key] = str(value)
+            head += [" ", key, "=", _attr(str(value))]
     inner = "\n      "
     children: list[str] = []
-    props = getattr(case, "properties", None)
+    props = case.properties
     if props:
         pad = inner + "  <property name="
         children.append("<properties>" + "".join(
-            f"{pad}{quoteattr(k)} value={quoteattr(v)} />" for k, v in props.items())
+            [f"{pad}{_attr(k)} value={_attr(v)} />" for k, v in props.items()])
             + inner + "</properties>")
     for tag, entries in (("failure", case.failures), ("error", case.errors)):
         for entry in entries:
@@ -186,9 +199,8 @@ def case_xml(case: TestCase) -> str:
         if text:
             children.append(_element(tag, {}, text, ""))
     if not children:
-        return _element("testcase", attrs, None, "")
-    head = _element("testcase", attrs, None, "")[:-3] + ">"
-    return head + "".join(inner + c for c in children) + "\n    </testcase>"
+        return "".join(head) + " />"
+    return "".join(head) + ">" + "".join(inner + c for c in children) + "\n    </testcase>"
 
 
 def _kind(case: TestCase) -> str:
