@@ -13,7 +13,7 @@ setup (exposing the tensors, building the two sessions) is printed next to it,
 with the cost for N samples. Then the recipe advisor's wall
 time per recipe (``qnn_ci.diagnose.advisor``, QDQ on CPU, no simulator).
 
-    python benchmarks/diagnose.py [--repeats 7] [--samples 4] [--no-advisor]
+    python benchmarks/diagnose.py [--repeats 15] [--samples 4] [--no-advisor]
 
 Needs onnxruntime-qnn only for the SoC table entry the advisor is given (the
 sweep and the advisor run on onnxruntime CPU); calibration is rendered text
@@ -78,7 +78,7 @@ def samples(pinned: Path, count: int) -> tuple[list[dict], str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=15)   # cheap: more pairs, steadier medians
     ap.add_argument("--samples", type=int, default=4, help="calibration samples")
     ap.add_argument("--no-advisor", action="store_true")
     args = ap.parse_args()
