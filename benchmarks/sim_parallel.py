@@ -102,8 +102,9 @@ def main() -> int:
     if args.worker:
         _worker(json.loads(args.worker), args.samples, Path(args.out))
         return 0
+    from qnn_ci.cores import usable_cores
     from qnn_ci.sim.availability import sim_unavailable
-    from qnn_ci.sim.parallel import sim_processes, usable_cores
+    from qnn_ci.sim.parallel import sim_processes
 
     if sim_unavailable():
         sys.exit(sim_unavailable())

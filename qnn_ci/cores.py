@@ -43,13 +43,19 @@ def session_threads(environ: Mapping[str, str] | None = None) -> int | None:
     asked = env.get(ENV_THREADS, "").strip()
     if asked.isdigit() and int(asked) > 0:
         return int(asked)
-    return share_of_cores(env) if xdist_workers(env) > 1 else None
+    workers = xdist_workers(env)
+    return max(1, usable_cores() // workers) if workers > 1 else None
 
 
-def limit_threads(so: Any, environ: Mapping[str, str] | None = None) -> Any:
+def limit_threads(so: Any, environ: Mapping[str, str] | None = None, *,
+                  spin: bool = True) -> Any:
     """``so`` (onnxruntime SessionOptions) with its intra-op threads set by
-    ``session_threads``; returned for chaining."""
+    ``session_threads``; ``spin`` False: idle worker threads block instead of
+    spinning (for sessions whose runs alternate with other work on the cores).
+    Returned for chaining."""
     n = session_threads(environ)
     if n is not None:
         so.intra_op_num_threads = n
+    if not spin:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so

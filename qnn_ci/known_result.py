@@ -49,7 +49,7 @@ def report_known(item: StageItem, nextitem: pytest.Item | None) -> bool | None:
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     reraise = (pytest.exit.Exception, KeyboardInterrupt)
-    keywords = dict.fromkeys(item.keywords, 1)
+    keywords = dict.fromkeys(item.keywords, 1) if hooks == _ALL_NEUTRAL else {}
     for when, func in (("setup", _nothing), ("call", item.runtest), ("teardown", _nothing)):
         call = pytest.CallInfo.from_call(func, when=when, reraise=reraise)  # type: ignore[arg-type]
         if hooks != _ALL_NEUTRAL:   # a conftest's or plugin's makereport sees every phase

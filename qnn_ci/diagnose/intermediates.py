@@ -255,11 +255,10 @@ def save_exposed(model: onnx.ModelProto, names: Sequence[str], path: Path) -> Pa
 def cpu_session(model_path: Path) -> Any:
     import onnxruntime as ort
 
-    so = limit_threads(ort.SessionOptions())
-    so.log_severity_level = 3
     # No spinning worker threads after a run: the metrics run in this process
     # between inferences and would share the cores with them.
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so = limit_threads(ort.SessionOptions(), spin=False)
+    so.log_severity_level = 3
     return ort.InferenceSession(str(model_path), sess_options=so,
                                 providers=["CPUExecutionProvider"])
 

@@ -87,11 +87,10 @@ def htp_session_options(soc: SocInfo, *, allow_cpu_fallback: bool = False,
     if soc.sim_soc_id is None:  # callers go through sim_target(); keep the guard
         raise UserError(f"the simulator cannot target SoC {soc.name}")
     ort = _ort()
-    so = limit_threads(ort.SessionOptions())
+    # onnxruntime's CPU worker threads would only spin beside the simulator (which
+    # keeps the cores busy itself).
+    so = limit_threads(ort.SessionOptions(), spin=False)
     so.log_severity_level = log_severity
-    # With every node on the HTP, onnxruntime's CPU worker threads have nothing to do
-    # but spin beside the simulator (which keeps the cores busy itself).
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not allow_cpu_fallback:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         so.intra_op_num_threads = 1   # every node is on the HTP: no CPU kernels to share

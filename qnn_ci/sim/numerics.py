@@ -70,10 +70,9 @@ def cpu_session(model: Path) -> Any:
 
     from qnn_ci.sim.quantize import QDQ_SESSION_CONFIG
 
-    so = limit_threads(ort.SessionOptions())
-    so.log_severity_level = 3
     # no spinning threads between runs: the simulator's processes share the cores
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so = limit_threads(ort.SessionOptions(), spin=False)
+    so.log_severity_level = 3
     for k, v in QDQ_SESSION_CONFIG.items():
         so.add_session_config_entry(k, v)
     return ort.InferenceSession(str(model), sess_options=so, providers=["CPUExecutionProvider"])

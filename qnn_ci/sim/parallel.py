@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from qnn_ci.cores import share_of_cores, usable_cores
+from qnn_ci.cores import share_of_cores
 from qnn_ci.sim.ep import capture_native_output
 from qnn_ci.sim.samples import Feeds, SampleList
 from qnn_ci.tables import SocInfo
@@ -33,7 +33,6 @@ from qnn_ci.tables import SocInfo
 log = logging.getLogger(__name__)
 
 Outputs = dict[str, np.ndarray]
-__all__ = ["SimPool", "sim_processes", "simulate_samples", "usable_cores"]
 ENV_PROCESSES = "QNN_CI_SIM_PROCESSES"
 
 

@@ -30,6 +30,8 @@ def test_limit_threads_sets_a_real_session_options() -> None:
     assert so.intra_op_num_threads == 1
     default = ort.SessionOptions().intra_op_num_threads
     assert limit_threads(ort.SessionOptions(), {}).intra_op_num_threads == default
+    quiet = limit_threads(ort.SessionOptions(), {}, spin=False)
+    assert quiet.get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
 def test_the_products_sessions_take_their_share(tmp_path: Path,
