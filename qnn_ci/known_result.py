@@ -19,13 +19,16 @@ plugin's ``makereport`` still sees all three phases.
 
 from __future__ import annotations
 
+import time
 import types
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from qnn_ci.plugin import StageItem
+    from qnn_ci.results import StageResult
 
 # Plugins whose item set-up/call/teardown hooks do nothing to a qnn-ci item: pytest's
 # own, qnn-ci's, and those that act on Python test functions only.
@@ -48,21 +51,34 @@ def report_known(item: StageItem, nextitem: pytest.Item | None) -> bool | None:
         return None
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    reraise = (pytest.exit.Exception, KeyboardInterrupt)
-    keywords = dict.fromkeys(item.keywords, 1) if hooks == _ALL_NEUTRAL else {}
-    for when, func in (("setup", _nothing), ("call", item.runtest), ("teardown", _nothing)):
-        call = pytest.CallInfo.from_call(func, when=when, reraise=reraise)  # type: ignore[arg-type]
-        if hooks != _ALL_NEUTRAL:   # a conftest's or plugin's makereport sees every phase
-            report = ihook.pytest_runtest_makereport(item=item, call=call)
-        elif when == "call":        # what pytest's own makereport builds
-            report = pytest.TestReport.from_item_and_call(item, call)
-        else:                       # the same, for a phase with nothing to do
-            report = pytest.TestReport(item.nodeid, item.location, keywords, "passed", None,
-                                       when, [], call.duration, call.start, call.stop,
-                                       user_properties=item.user_properties)
-        ihook.pytest_runtest_logreport(report=report)
+    if hooks == _ALL_NEUTRAL:
+        for report in _reports(item, result):
+            ihook.pytest_runtest_logreport(report=report)
+    else:               # a conftest's or plugin's makereport sees every phase
+        reraise = (pytest.exit.Exception, KeyboardInterrupt)
+        for when, func in (("setup", _nothing), ("call", item.runtest),
+                           ("teardown", _nothing)):
+            call = pytest.CallInfo.from_call(func, when=when,  # type: ignore[arg-type]
+                                             reraise=reraise)
+            ihook.pytest_runtest_logreport(
+                report=ihook.pytest_runtest_makereport(item=item, call=call))
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
+
+
+def _reports(item: StageItem, result: StageResult) -> Iterator[pytest.TestReport]:
+    """The setup, call and teardown reports pytest's own ``makereport`` builds for
+    this item and result, without raising and catching a skip to get there."""
+    nodeid = getattr(item, "id", item.nodeid)   # pytest >= 9: the parsed node id
+    keywords = dict.fromkeys(item.keywords, 1)
+    for when in ("setup", "call", "teardown"):
+        start, began = time.time(), time.perf_counter()
+        outcome, longrepr = item.known_call(result) if when == "call" else ("passed", None)
+        sections = [(f"Captured {key} {rwhen}", content)
+                    for rwhen, key, content in item._report_sections]
+        yield pytest.TestReport(nodeid, item.location, dict(keywords), outcome, longrepr,
+                                when, sections, time.perf_counter() - began, start,
+                                time.time(), user_properties=item.user_properties)
 
 
 def _nothing() -> None:

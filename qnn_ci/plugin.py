@@ -10,6 +10,7 @@ with the engine's reason.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import time
 import uuid
@@ -38,6 +39,7 @@ MARKERS = {
 _PIPELINES = pytest.StashKey[dict[Path, "Opened"]]()
 _EXPORTS = pytest.StashKey[dict[str, Path]]()   # export name -> its manifest (unique)
 _TOKEN = pytest.StashKey[str]()
+_RELPATHS = pytest.StashKey[dict[Path, str]]()   # manifest -> its path in item locations
 # A qnn-ci item that failed on bad input (a manifest error, a wrong SDK root): the
 # session exits 2, as `qnn-ci run` does (a typo must not read as a failed check).
 EXIT_BAD_INPUT = 2
@@ -302,6 +304,17 @@ class StageItem(pytest.Item):
         if result.status in (Status.FAILED, Status.ERROR):
             raise QnnFailure(result.failure_text() or result.summary)
 
+    def known_call(self, result: StageResult) -> tuple[str, tuple[str, int, str] | None]:
+        """The call phase's (outcome, longrepr) for a passed or skipped ``result``, as
+        pytest's ``makereport`` builds them from ``runtest`` -- without raising."""
+        from qnn_ci.results import Status
+
+        self._record(result)
+        if result.status != Status.SKIPPED:
+            return "passed", None
+        return "skipped", (os.fspath(self.path), self.export.line,
+                           _skip_message(result.summary))
+
     def _record(self, r: StageResult) -> None:
         from qnn_ci.internal_error import crash_log
         from qnn_ci.report.junit import property_value
@@ -341,6 +354,26 @@ class StageItem(pytest.Item):
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, self.export.line - 1, f"{self.export.name}::{self.name}"
 
+    @functools.cached_property
+    def location(self) -> tuple[str, int | None, str]:
+        """pytest's own ``location``, with the manifest's relative path worked out
+        once per manifest rather than once per stage item."""
+        _, line, name = self.reportinfo()
+        relpaths = self.config.stash.setdefault(_RELPATHS, {})
+        if self.path not in relpaths:
+            relpaths[self.path] = pytest.Item.location.func(self)[0]  # type: ignore[attr-defined]
+        return relpaths[self.path], line, name
+
+
+@functools.lru_cache(maxsize=256)
+def _skip_message(reason: str) -> str:
+    """The line pytest reports for ``pytest.skip(reason)``: the exception's own line
+    (``Skipped: <reason>``), as ``ExceptionInfo.exconly`` formats it."""
+    import traceback
+
+    exc = pytest.skip.Exception(reason)
+    return "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
@@ -373,8 +406,10 @@ class _Reporter:
         self.started = time.time()      # the JUnit report's qnn.date
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
         props = dict(report.user_properties)
-        if "qnn.stage" not in props or report.when != "call":
+        if "qnn.stage" not in props:
             return
         self.rows.append(props | {
             "findings": [(k, v) for k, v in report.user_properties if k == "qnn.finding"],

@@ -47,6 +47,22 @@ def _counting(self, item):
 runner.SetupState.setup = _counting
 atexit.register(lambda: open(os.environ["SETUP_LOG"], "w").write(json.dumps(SEEN)))
 '''
+# Every report as a reporter sees it (a logreport hook is not a phase hook: neutral).
+REPORTS = '''
+
+REPORTS = []
+
+def pytest_runtest_logreport(report):
+    longrepr = report.longrepr
+    REPORTS.append([report.nodeid, report.when, report.outcome, list(report.location),
+                    list(longrepr) if isinstance(longrepr, tuple) else str(longrepr),
+                    sorted(report.keywords), report.sections,
+                    [[k, str(v)] for k, v in report.user_properties
+                     if k not in ("qnn.date", "qnn.duration_s")]])
+
+def pytest_sessionfinish(session):
+    open(os.environ["REPORT_LOG"], "w").write(json.dumps(REPORTS))
+'''
 PHASE_HOOK = '''
 
 def pytest_runtest_setup(item):
@@ -60,6 +76,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     monkeypatch.setenv("SETUP_LOG", str(pytester.path / "setup.json"))
     monkeypatch.setenv("GEN_LOG", str(pytester.path / "gen.log"))
+    monkeypatch.setenv("REPORT_LOG", str(pytester.path / "reports.json"))
     scale_model(pytester.path / "m.onnx", dims=["N", 4])
     (pytester.path / "gens.py").write_text(GEN)
     (pytester.path / "qnn-ci.yaml").write_text(textwrap.dedent(MANIFEST).lstrip())
@@ -92,6 +109,7 @@ def test_cached_rerun_same_reports_without_item_setup(project: pytest.Pytester) 
     assert ran == [f"qnn-ci.yaml::{e}::{s}" for e in ("a", "bad", "b")
                    for s in ("static_shapes", "calibration", "regression")]
 
+    (project.path / "conftest.py").write_text(COUNTING + REPORTS)
     fast = project.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml=fast.xml", "-rs")
     fast.assert_outcomes(passed=5, skipped=30, failed=1)
     # Set up by pytest: the failed stage (not cached: it runs again), the stage that
@@ -99,11 +117,27 @@ def test_cached_rerun_same_reports_without_item_setup(project: pytest.Pytester) 
     assert _set_up(project) == ["qnn-ci.yaml::bad::calibration", "qnn-ci.yaml::bad::regression",
                                 "qnn-ci.yaml::b::regression"]
     fast.stdout.fnmatch_lines(["*bad::calibration*", "*float64*"])
+    fast_reports = json.loads((project.path / "reports.json").read_text())
 
-    (project.path / "conftest.py").write_text(COUNTING + PHASE_HOOK)   # not neutral
+    (project.path / "conftest.py").write_text(COUNTING + REPORTS + PHASE_HOOK)  # not neutral
     slow = project.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml=slow.xml", "-rs")
     slow.assert_outcomes(passed=5, skipped=30, failed=1)
     assert len(_set_up(project)) == 36   # a conftest's phase hook: pytest's own protocol
+    # the same reports, phase by phase: outcome, location, skip line, keywords, properties
+    slow_reports = json.loads((project.path / "reports.json").read_text())
+    assert len(fast_reports) == len(slow_reports) == 36 * 3
+    for fast_one, slow_one in zip(fast_reports, slow_reports, strict=True):
+        if fast_one[2] != "failed":   # a failure's traceback names the path it took
+            assert fast_one == slow_one
+    # pytest's location: the manifest relative to the root, the export's line (0-based)
+    line_of = {ln.split("name: ")[1]: i for i, ln in enumerate(
+        (project.path / "qnn-ci.yaml").read_text().splitlines()) if "- name: " in ln}
+    for nodeid, _, _, location, *_ in fast_reports:
+        export, stage = nodeid.split("::")[1:]
+        assert location == ["qnn-ci.yaml", line_of[export], f"{export}::{stage}"]
+    skipped = [r for r in fast_reports if r[2] == "skipped"]
+    assert skipped and all(r[4][0].endswith("qnn-ci.yaml") and r[4][2].startswith("Skipped: ")
+                           for r in skipped)
 
     fast_cases, slow_cases = _cases(project.path / "fast.xml"), _cases(project.path / "slow.xml")
     assert fast_cases == slow_cases
