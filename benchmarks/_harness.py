@@ -152,5 +152,33 @@ def venv_bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
+def plugins_not_installed_with(dist: str = "qnn-ci") -> list[str]:
+    """The pytest plugins (``pytest11`` entry points) of this venv that installing
+    ``dist`` does not bring: those of packages outside its dependency closure (extras
+    excluded) -- here the test extra's, e.g. hypothesis. ``-p no:<name>`` for each
+    runs pytest with the plugins a user's venv holding ``dist`` alone would load."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted, todo = set(), [canonicalize_name(dist)]
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(req.name))
+    return sorted({ep.name for ep in metadata.entry_points(group="pytest11")
+                   if ep.dist is None or canonicalize_name(ep.dist.name) not in wanted})
+
+
 NOISE_NOTE = ("(machine may be shared: absolute times are noisy; the paired ratios are what"
               " count)")

@@ -11,6 +11,12 @@ reports):
   same number of passing and skipped items, in the same paired run -- pytest's own
   per-item cost, which no plugin can go below.
 
+The pytest runs load the plugins a venv holding qnn-ci alone loads (qnn-ci's and its
+dependencies'): plugins this dev venv has only for qnn-ci's own tests (the test
+extra's hypothesis, whose plugin imports all of hypothesis at the end of every pytest
+run) are turned off with ``-p no:<name>``, on both sides. The same run with them on
+is printed next to it.
+
 Next to them, the machine's speed at the time: the interpreter's own start-up
 (``python -c pass``) paired with one cached export.
 
@@ -31,7 +37,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _harness import NOISE_NOTE, clean_env, goal_line, paired, run_once, venv_bin
+from _harness import (
+    NOISE_NOTE,
+    clean_env,
+    goal_line,
+    paired,
+    plugins_not_installed_with,
+    run_once,
+    venv_bin,
+)
 from _workload import make_workload
 
 
@@ -46,8 +60,11 @@ def main() -> None:
         one = make_workload(Path(tmp) / "one", 1).parent
         many = make_workload(Path(tmp) / "many", n).parent
         cli = [venv_bin("qnn-ci"), "run"]
-        pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                  "-m", "qnn", "qnn-ci.yaml"]
+        extra = plugins_not_installed_with("qnn-ci")   # the dev venv's test extras'
+        off = [arg for name in extra for arg in ("-p", f"no:{name}")]
+        dev = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               "-m", "qnn", "qnn-ci.yaml"]
+        pytest = [*dev[:6], *off, *dev[6:]]
         for folder in (one, many):            # first runs: fill the caches
             run_once(cli, cwd=folder, env=env)
         # `cwd` differs per side: wrap each side in `env -C` (a whole process still).
@@ -58,9 +75,10 @@ def main() -> None:
         p = paired(at(one, pytest), at(many, pytest), args.repeat, env=env)
         passed, skipped = _counts(pytest, many, env)
         floor_dir = _floor_file(Path(tmp) / "floor", passed, skipped)
-        bare = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        bare = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *off,
                 "-p", "no:qnn_ci", "test_floor.py"]
         f = paired(at(many, pytest), at(floor_dir, bare), args.repeat, env=env)
+        d = paired(at(many, pytest), at(many, dev), args.repeat, env=env)
         # The machine's speed now: the interpreter's own start-up, paired with one export.
         y = paired(at(one, cli), [sys.executable, "-c", "pass"], args.repeat, env=env)
     print(f"cached re-runs, tiny exports; {NOISE_NOTE}")
@@ -75,8 +93,14 @@ def main() -> None:
     print(f"marginal cost per export: CLI {cli_marginal:.1f} ms, pytest {py_marginal:.1f} ms "
           "(start-up excluded)")
     print(f"pytest on {n} exports ({passed} passed + {skipped} skipped items) vs bare pytest "
-          "on a generated file with the same items, plugin off (paired, whole processes):")
+          "on a generated file with the same items, qnn-ci's plugin off (paired, whole "
+          "processes):")
     print(f.describe(f"{n} exports", "bare pytest"))
+    print(f"the same {n} exports with this dev venv's other plugins on too "
+          f"({', '.join(extra) or 'none'}; paired, whole processes):")
+    print(d.describe("qnn-ci's own plugins", "all plugins"))
+    print(f"pytest, {n} cached exports, all of this venv's plugins: "
+          f"{1000 * d.b.median / n:.1f} ms/export (info)")
     floor_per = 1000 * f.b.median / n
     print(f"pytest's own floor for these items: {floor_per:.1f} ms/export "
           f"({1000 * f.b.median / (passed + skipped):.2f} ms/item); qnn-ci's share above it: "
