@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 
+from qnn_ci.cores import share_of_cores
 from qnn_ci.diagnose.intermediates import (
     QuantizedNames,
     cpu_session,
@@ -75,6 +78,43 @@ def align(order: Sequence[TensorInfo], names: QuantizedNames) -> list[TensorInfo
     return out
 
 
+class BoundOutputs:
+    """A session's named outputs, run into arrays reused from one sample to the next
+    (onnxruntime's IO binding): the exposed tensors are written straight into them,
+    without fresh output arrays per sample. The first run, and any run whose inputs
+    differ in shape or type from the last, is a plain ``run`` that sizes the arrays.
+    The arrays returned are overwritten by the next ``run``: use them before it."""
+
+    def __init__(self, session: Any, names: Sequence[str]) -> None:
+        self.session, self.names = session, list(names)
+        self._binding: Any = None
+        self._inputs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        self._arrays: list[np.ndarray] = []
+
+    def run(self, feeds: Feeds) -> list[np.ndarray]:
+        feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+        inputs = {k: (v.shape, v.dtype) for k, v in feeds.items()}
+        if self._binding is None or inputs != self._inputs:
+            outs = self.session.run(self.names, feeds)
+            self._bind(outs, inputs)
+            return outs
+        for name, value in feeds.items():
+            self._binding.bind_cpu_input(name, value)
+        self.session.run_with_iobinding(self._binding)
+        return self._arrays
+
+    def _bind(self, outs: list[np.ndarray], inputs: dict[str, Any]) -> None:
+        self._binding, self._inputs = None, inputs
+        arrays = [np.empty_like(o) for o in outs]
+        if any(a.dtype.kind not in "biuf" or a.size == 0 for a in arrays):
+            return                              # plain runs only
+        binding = self.session.io_binding()
+        for name, array in zip(self.names, arrays, strict=True):
+            binding.bind_output(name, "cpu", 0, array.dtype, list(array.shape),
+                                array.ctypes.data)
+        self._binding, self._arrays = binding, arrays
+
+
 class Sweep:
     """The sweep's setup (models exposed, two CPU sessions) and one ``add(feeds)``
     per sample; ``report(bounds)`` at the end."""
@@ -102,12 +142,18 @@ class Sweep:
         q_path = save_exposed(qmodel, self.q_names, work_dir / "qdq.exposed.onnx")
         del fmodel, qmodel
         self.f_sess, self.q_sess = cpu_session(f_path), cpu_session(q_path)
+        self.f_out = BoundOutputs(self.f_sess, self.wanted)
+        self.q_out = BoundOutputs(self.q_sess, self.q_names)
         self.acc = LayerAccumulator(self.order, layout=layout)
+        # The two models run side by side when this process has 2+ cores to itself:
+        # a small model's run leaves most of onnxruntime's threads idle.
+        self.side_by_side = share_of_cores() >= 2
 
     def add(self, feeds: Feeds) -> None:
-        ref = dict(zip(self.wanted, self.f_sess.run(self.wanted, feeds), strict=True))
+        f_values, q_values = self._run_both(feeds)
+        ref = dict(zip(self.wanted, f_values, strict=True))
         mapped: dict[str, np.ndarray] = {}
-        for q, value in zip(self.q_names, self.q_sess.run(self.q_names, feeds), strict=True):
+        for q, value in zip(self.q_names, q_values, strict=True):
             for t in self.exposed[q]:
                 d = self.names.dequant.get(t)
                 mapped[t] = d.apply(value) if d is not None and d.source == q else value
@@ -115,6 +161,30 @@ class Sweep:
 
     def report(self, bounds: Mapping[str, float]) -> LayerReport:
         return self.acc.report(bounds)
+
+    def _run_both(self, feeds: Feeds) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Both exposed models' values for one sample: the QDQ model's run in a
+        thread of its own while this one runs the float model (onnxruntime releases
+        the GIL while it runs)."""
+        if not self.side_by_side:
+            return self.f_out.run(feeds), self.q_out.run(feeds)
+        done: dict[str, Any] = {}
+
+        def run_qdq() -> None:
+            try:
+                done["values"] = self.q_out.run(feeds)
+            except BaseException as exc:  # re-raised in the caller's thread
+                done["error"] = exc
+
+        thread = threading.Thread(target=run_qdq, name="qnn-ci-sweep-qdq", daemon=True)
+        thread.start()
+        try:
+            f_values = self.f_out.run(feeds)
+        finally:
+            thread.join()
+        if "error" in done:
+            raise done["error"]
+        return f_values, done["values"]
 
 
 def sweep_qdq_cpu(float_model: Path, qdq_model: Path, samples: Sequence[Feeds],

@@ -11,13 +11,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qnn_ci.diagnose.intermediates import (
+    cpu_session,
     expose,
     float_tensors,
     quantized_names,
     run_samples,
     save_exposed,
 )
-from qnn_ci.diagnose.sweep import align, float_model_of, sweep_qdq_cpu
+from qnn_ci.diagnose.sweep import BoundOutputs, Sweep, align, float_model_of, sweep_qdq_cpu
 from tests.diagnose.graphs import COLLAPSE_LAYER, COLLAPSE_NODE, collapse_model, collapse_samples
 
 
@@ -147,3 +148,40 @@ def test_sweep_names_the_collapsed_layer(quantized: Path, tmp_path: Path) -> Non
     assert before and all(not m.crosses for m in before)
     assert rep.jumps[0].tensor == "b_relu"
     assert res.samples == 2 and res.run_s > 0
+
+
+def test_bound_outputs_give_each_samples_own_values(quantized: Path, tmp_path: Path) -> None:
+    """The sweep's reused output arrays: every sample's values are its own (the same
+    as a plain run), and from the second sample on onnxruntime writes into the same
+    arrays (nothing allocated per sample)."""
+    qmodel = onnx.load(str(quantized))
+    names = quantized_names(qmodel, float_tensors(onnx.load(str(float_model_of(quantized)))))
+    wanted = sorted({d.source for d in names.dequant.values()} | set(names.names.values()))
+    path = save_exposed(qmodel, wanted, tmp_path / "q.onnx")
+    samples = collapse_samples(3, seed=5)
+    plain = list(run_samples(path, samples, wanted))
+    bound = BoundOutputs(cpu_session(path), wanted)
+    seen = []
+    for feeds, expected in zip(samples, plain, strict=True):
+        got = bound.run(feeds)
+        seen.append([id(a) for a in got])
+        for name, value in zip(wanted, got, strict=True):
+            np.testing.assert_array_equal(value, expected[name])
+    assert seen[1] == seen[2] and seen[0] != seen[1]
+    assert any(not np.array_equal(plain[0][n], plain[1][n]) for n in wanted)
+
+
+def test_models_side_by_side_give_the_same_report(quantized: Path, tmp_path: Path) -> None:
+    """With 2+ cores the sweep runs the QDQ model in a thread beside the float model:
+    the same report as one after the other; a run's error reaches the caller."""
+    reports = []
+    for side_by_side in (False, True):
+        sweep = Sweep(float_model_of(quantized), quantized, tmp_path / str(side_by_side))
+        sweep.side_by_side = side_by_side
+        for feeds in collapse_samples(3, seed=7):
+            sweep.add(feeds)
+        reports.append(sweep.report({"cosine": 0.99}))
+    assert reports[0].layers == reports[1].layers and reports[0].first == reports[1].first
+    assert reports[1].first is not None and reports[1].first.tensor == "b_relu"
+    with pytest.raises(Exception, match=r"(?i)input"):
+        sweep.add({"not_an_input": np.zeros((1, 4), np.float32)})
