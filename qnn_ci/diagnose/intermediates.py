@@ -25,6 +25,7 @@ folded, BatchNormalization fused), so tensor names line up.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -119,14 +120,26 @@ class Dequant:
     zero_point: np.ndarray | None
     axis: int = 1
 
+    @functools.cached_property
+    def _per_tensor(self) -> tuple[np.float32, np.float32 | None] | None:
+        """(scale, zero point) as float32 scalars when per-tensor (made once: a
+        sweep dequantizes every tensor of every sample)."""
+        scale, zero = self.scale, self.zero_point
+        if scale.size != 1:
+            return None
+        return (np.float32(scale.reshape(-1)[0]),
+                None if zero is None else np.float32(zero.reshape(-1)[0]))
+
     def apply(self, q: np.ndarray) -> np.ndarray:
         q = np.asarray(q)
         scale, zero = self.scale, self.zero_point
-        if scale.size == 1:
-            if zero is None:
-                return np.multiply(q, np.float32(scale.reshape(-1)[0]), dtype=np.float32)
-            x = np.subtract(q, np.float32(zero.reshape(-1)[0]), dtype=np.float32)
-            x *= np.float32(scale.reshape(-1)[0])
+        per_tensor = self._per_tensor
+        if per_tensor is not None:
+            s, z = per_tensor
+            if z is None:
+                return np.multiply(q, s, dtype=np.float32)
+            x = np.subtract(q, z, dtype=np.float32)
+            x *= s
             return x
         x = q.astype(np.float32)
         shape = [1] * x.ndim                              # per-axis

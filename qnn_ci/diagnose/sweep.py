@@ -139,6 +139,12 @@ class Sweep:
             d = self.names.dequant.get(t)
             self.exposed.setdefault(d.source if d is not None else q, []).append(t)
         self.q_names = sorted(self.exposed)
+        # per exposed QDQ tensor: the float tensors it gives, each with the
+        # DequantizeLinear to apply (None: the value as it is)
+        self._mapping = [[(t, d if d is not None and d.source == q else None)
+                          for t in self.exposed[q]
+                          for d in (self.names.dequant.get(t),)]
+                         for q in self.q_names]
         q_path = save_exposed(qmodel, self.q_names, work_dir / "qdq.exposed.onnx")
         del fmodel, qmodel
         self.f_sess, self.q_sess = cpu_session(f_path), cpu_session(q_path)
@@ -153,10 +159,9 @@ class Sweep:
         f_values, q_values = self._run_both(feeds)
         ref = dict(zip(self.wanted, f_values, strict=True))
         mapped: dict[str, np.ndarray] = {}
-        for q, value in zip(self.q_names, q_values, strict=True):
-            for t in self.exposed[q]:
-                d = self.names.dequant.get(t)
-                mapped[t] = d.apply(value) if d is not None and d.source == q else value
+        for value, targets in zip(q_values, self._mapping, strict=True):
+            for t, d in targets:
+                mapped[t] = d.apply(value) if d is not None else value
         self.acc.add(ref, mapped)
 
     def report(self, bounds: Mapping[str, float]) -> LayerReport:
