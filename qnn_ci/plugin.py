@@ -422,8 +422,10 @@ class _Reporter:
         from qnn_ci.results import Finding, StageResult, Status
 
         rows = []
+        statuses = {s.value: s for s in Status}
+        manifests: dict[str, Path] = {}     # one Path per manifest, not per row
         for p in self.rows:
-            status = Status(p["qnn.status"])
+            status = statuses[p["qnn.status"]]
             findings = [Finding(*_split_finding(text)) for key, text in p["findings"]
                         if key == "qnn.finding"]
             res = StageResult(p["qnn.stage"], status, p.get("qnn.summary", ""),
@@ -432,7 +434,10 @@ class _Reporter:
                                           if k.startswith("qnn.diagnosis.")})
             if p.get("qnn.internal_error"):
                 res.data[INTERNAL_ERROR] = p["qnn.internal_error"]
-            rows.append(Row(Path(p["qnn.manifest"]), p["qnn.export"], int(p["qnn.line"]), res))
+            manifest = manifests.get(p["qnn.manifest"])
+            if manifest is None:
+                manifest = manifests[p["qnn.manifest"]] = Path(p["qnn.manifest"])
+            rows.append(Row(manifest, p["qnn.export"], int(p["qnn.line"]), res))
         # Workers finish in any order: show manifests, exports and stages in order.
         order = {name: i for i, name in enumerate(("manifest", *STAGE_ORDER))}
         rows.sort(key=lambda r: (str(r.manifest), r.line, order.get(r.result.stage, 99)))
