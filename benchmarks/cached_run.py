@@ -62,9 +62,9 @@ def main() -> None:
         cli = [venv_bin("qnn-ci"), "run"]
         extra = plugins_not_installed_with("qnn-ci")   # the dev venv's test extras'
         off = [arg for name in extra for arg in ("-p", f"no:{name}")]
-        dev = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-m", "qnn", "qnn-ci.yaml"]
-        pytest = [*dev[:6], *off, *dev[6:]]
+        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        manifest = ["-m", "qnn", "qnn-ci.yaml"]
+        dev, pytest = [*base, *manifest], [*base, *off, *manifest]
         for folder in (one, many):            # first runs: fill the caches
             run_once(cli, cwd=folder, env=env)
         # `cwd` differs per side: wrap each side in `env -C` (a whole process still).
@@ -75,8 +75,7 @@ def main() -> None:
         p = paired(at(one, pytest), at(many, pytest), args.repeat, env=env)
         passed, skipped = _counts(pytest, many, env)
         floor_dir = _floor_file(Path(tmp) / "floor", passed, skipped)
-        bare = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *off,
-                "-p", "no:qnn_ci", "test_floor.py"]
+        bare = [*base, *off, "-p", "no:qnn_ci", "test_floor.py"]
         f = paired(at(many, pytest), at(floor_dir, bare), args.repeat, env=env)
         d = paired(at(many, pytest), at(many, dev), args.repeat, env=env)
         # The machine's speed now: the interpreter's own start-up, paired with one export.

@@ -43,8 +43,7 @@ def session_threads(environ: Mapping[str, str] | None = None) -> int | None:
     asked = env.get(ENV_THREADS, "").strip()
     if asked.isdigit() and int(asked) > 0:
         return int(asked)
-    workers = xdist_workers(env)
-    return max(1, usable_cores() // workers) if workers > 1 else None
+    return share_of_cores(env) if xdist_workers(env) > 1 else None
 
 
 def limit_threads(so: Any, environ: Mapping[str, str] | None = None, *,

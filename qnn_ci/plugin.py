@@ -361,7 +361,9 @@ class StageItem(pytest.Item):
         _, line, name = self.reportinfo()
         relpaths = self.config.stash.setdefault(_RELPATHS, {})
         if self.path not in relpaths:
-            relpaths[self.path] = pytest.Item.location.func(self)[0]  # type: ignore[attr-defined]
+            base = pytest.Item.location     # a cached_property (func) or a property (fget)
+            compute = getattr(base, "func", None) or base.fget  # type: ignore[attr-defined]
+            relpaths[self.path] = compute(self)[0]
         return relpaths[self.path], line, name
 
 

@@ -162,8 +162,11 @@ def _rows(a: np.ndarray, axis: int | None) -> np.ndarray:
     return np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1)
 
 
+_Layout = tuple[int | None, int, bool]     # channel axis, channels, axis must move first
+
+
 @functools.lru_cache(maxsize=4096)
-def _row_layout(shape: tuple[int, ...], layout: str | None) -> tuple[int | None, int, bool]:
+def _row_layout(shape: tuple[int, ...], layout: str | None) -> _Layout:
     """(channel axis, channels, whether the axis must move first) for ``shape``: the
     per-shape part of ``_rows``, worked out once per shape rather than per tensor."""
     axis = channel_axis(shape, layout)
@@ -201,14 +204,14 @@ def batch_stats(pairs: Sequence[tuple[Any, Any]], layout: str | None = None, *,
     a shape mismatch, no elements or a non-float32 dtype take ``tensor_stats``."""
     out: list[TensorStats | None] = [None] * len(pairs)
     ws = workspace or Workspace()
-    batch: list[tuple[int, np.ndarray, np.ndarray, int | None]] = []
+    batch: list[tuple[int, np.ndarray, np.ndarray, _Layout]] = []
     size = 0
     for i, (ref, test) in enumerate(pairs):
         r, t = np.asarray(ref), np.asarray(test)
         if r.shape != t.shape or r.size == 0 or r.dtype != np.float32 or t.dtype != np.float32:
             out[i] = tensor_stats(r, t, layout)
             continue
-        batch.append((i, r, t, _row_layout(r.shape, layout)[0]))
+        batch.append((i, r, t, _row_layout(r.shape, layout)))
         size += r.size
         if size >= BATCH_ELEMENTS:
             _batch(batch, out, layout, ws)
@@ -218,7 +221,7 @@ def batch_stats(pairs: Sequence[tuple[Any, Any]], layout: str | None = None, *,
     return [s if s is not None else TensorStats(None, None, 0.0) for s in out]
 
 
-def _batch(items: list[tuple[int, np.ndarray, np.ndarray, int | None]],
+def _batch(items: list[tuple[int, np.ndarray, np.ndarray, _Layout]],
            out: list[TensorStats | None], layout: str | None, ws: Workspace) -> None:
     """Per-channel sums with one float32 per-row dot product per sum and tensor (no copies: the
     error goes to a reused buffer), then the per-channel arithmetic vectorised
@@ -228,8 +231,7 @@ def _batch(items: list[tuple[int, np.ndarray, np.ndarray, int | None]],
     buf = ws.get(largest)[0]
     subtract, absolute = np.subtract, np.absolute
     with np.errstate(over="ignore", invalid="ignore"):
-        for _, r, t, axis in items:
-            _, channels, move = _row_layout(r.shape, layout)
+        for _, r, t, (axis, channels, move) in items:
             if move:
                 rows_r, rows_t = _rows(r, axis), _rows(t, axis)
             else:
@@ -263,7 +265,7 @@ def _batch(items: list[tuple[int, np.ndarray, np.ndarray, int | None]],
     # Python floats from here: one conversion per array, not one per element
     rr_f, tt_f, ee_f, ma_f = rr.tolist(), tt.tolist(), ee.tolist(), max_abs.tolist()
     finite_f, starts_f = finite.tolist(), tstarts.tolist()
-    for k, (i, r, t, axis) in enumerate(items):
+    for k, (i, r, t, (axis, _, _)) in enumerate(items):
         if not finite_f[k]:
             out[i] = tensor_stats(r, t, layout)
             continue

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import onnx
 
 from qnn_ci.cores import share_of_cores
 from qnn_ci.diagnose.intermediates import (
+    Dequant,
     QuantizedNames,
     cpu_session,
     float_tensors,
@@ -134,17 +135,14 @@ class Sweep:
         # The QDQ side exposes each tensor's quantized (integer) input of its
         # DequantizeLinear when the scale is constant, dequantized here: exposing the
         # float DequantizeLinear outputs would keep onnxruntime from fusing them.
-        self.exposed: dict[str, list[str]] = {}
-        for t, q in self.names.names.items():
-            d = self.names.dequant.get(t)
-            self.exposed.setdefault(d.source if d is not None else q, []).append(t)
-        self.q_names = sorted(self.exposed)
         # per exposed QDQ tensor: the float tensors it gives, each with the
         # DequantizeLinear to apply (None: the value as it is)
-        self._mapping = [[(t, d if d is not None and d.source == q else None)
-                          for t in self.exposed[q]
-                          for d in (self.names.dequant.get(t),)]
-                         for q in self.q_names]
+        gives: dict[str, list[tuple[str, Dequant | None]]] = {}
+        for t, q in self.names.names.items():
+            d = self.names.dequant.get(t)
+            gives.setdefault(d.source if d is not None else q, []).append((t, d))
+        self.q_names = sorted(gives)
+        self._gives = [gives[q] for q in self.q_names]
         q_path = save_exposed(qmodel, self.q_names, work_dir / "qdq.exposed.onnx")
         del fmodel, qmodel
         self.f_sess, self.q_sess = cpu_session(f_path), cpu_session(q_path)
@@ -159,7 +157,7 @@ class Sweep:
         f_values, q_values = self._run_both(feeds)
         ref = dict(zip(self.wanted, f_values, strict=True))
         mapped: dict[str, np.ndarray] = {}
-        for value, targets in zip(q_values, self._mapping, strict=True):
+        for value, targets in zip(q_values, self._gives, strict=True):
             for t, d in targets:
                 mapped[t] = d.apply(value) if d is not None else value
         self.acc.add(ref, mapped)
@@ -173,23 +171,9 @@ class Sweep:
         the GIL while it runs)."""
         if not self.side_by_side:
             return self.f_out.run(feeds), self.q_out.run(feeds)
-        done: dict[str, Any] = {}
-
-        def run_qdq() -> None:
-            try:
-                done["values"] = self.q_out.run(feeds)
-            except BaseException as exc:  # re-raised in the caller's thread
-                done["error"] = exc
-
-        thread = threading.Thread(target=run_qdq, name="qnn-ci-sweep-qdq", daemon=True)
-        thread.start()
-        try:
-            f_values = self.f_out.run(feeds)
-        finally:
-            thread.join()
-        if "error" in done:
-            raise done["error"]
-        return f_values, done["values"]
+        with ThreadPoolExecutor(1, thread_name_prefix="qnn-ci-sweep-qdq") as pool:
+            q_values = pool.submit(self.q_out.run, feeds)
+            return self.f_out.run(feeds), q_values.result()
 
 
 def sweep_qdq_cpu(float_model: Path, qdq_model: Path, samples: Sequence[Feeds],
