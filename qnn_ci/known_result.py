@@ -15,13 +15,19 @@ conftest outside pytest's own that hooks into item set-up, call or teardown,
 ``--setup-only`` / ``--setup-plan``, and whenever pytest's set-up stack would need
 tearing down (the last item; a move to another folder or file). A conftest's or
 plugin's ``makereport`` still sees all three phases.
+
+``run_loop`` goes one step further when only pytest's own plugins take part in an
+item's protocol: it reports known items straight from the session's test loop,
+without the protocol's per-item wrappers (warning capture, assertion hooks, fault
+handler), which guard code that a known item never runs. Any other plugin's loop
+(pytest-xdist's) or protocol hook (rerun, timeout plugins) keeps pytest's own loop.
 """
 
 from __future__ import annotations
 
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -39,8 +45,44 @@ _NEUTRAL_FOR = pytest.StashKey[dict[str, "str | None"]]()   # item's file -> _pl
 _ALL_NEUTRAL, _PHASES_NEUTRAL = "all", "phases"
 
 
+_TRIED = pytest.StashKey[bool]()     # report_known said no: the protocol runs the item
+
+
+def run_loop(session: pytest.Session, is_stage: Callable[[pytest.Item], bool]) -> bool | None:
+    """pytest's test loop, with known stage items reported directly; None (pytest's
+    own loop runs) unless only pytest's own plugins take part in it."""
+    config = session.config
+    if session.testsfailed or config.option.collectonly or not _own_loop(config):
+        return None
+    items = session.items
+    for i, item in enumerate(items):
+        nextitem = items[i + 1] if i + 1 < len(items) else None
+        if not (is_stage(item) and report_known(item, nextitem)):  # type: ignore[arg-type]
+            item.stash[_TRIED] = True
+            item.ihook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+    return True
+
+
+def _own_loop(config: pytest.Config) -> bool:
+    """Only pytest's (and qnn-ci's) loop, and only pytest's protocol hooks, are
+    registered (wrappers around the loop itself are fine: they wrap this one too)."""
+    hook = config.hook
+    loop = [impl for impl in hook.pytest_runtestloop.get_hookimpls()
+            if not (impl.hookwrapper or impl.wrapper)]
+    return (all(_module(impl.plugin).startswith(("_pytest.main", "qnn_ci.plugin"))
+                for impl in loop)
+            and all(_module(impl.plugin).startswith(("_pytest.", "qnn_ci.plugin"))
+                    for impl in hook.pytest_runtest_protocol.get_hookimpls()))
+
+
 def report_known(item: StageItem, nextitem: pytest.Item | None) -> bool | None:
     """True when ``item`` was reported here; None to let pytest run it."""
+    if item.stash.get(_TRIED, False):   # run_loop asked already
+        return None
     hooks = _plain(item, nextitem)
     if hooks is None:
         return None
@@ -121,6 +163,11 @@ def _neutral_hooks(item: pytest.Item) -> str | None:
     return seen[key]
 
 
-def _neutral(plugin: Any) -> bool:
+def _module(plugin: Any) -> str:
+    """The module a plugin (a module or an object) comes from, with a trailing dot."""
     name = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
-    return (str(name) + ".").startswith(_NEUTRAL)
+    return str(name) + "."
+
+
+def _neutral(plugin: Any) -> bool:
+    return _module(plugin).startswith(_NEUTRAL)

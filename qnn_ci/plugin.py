@@ -378,6 +378,17 @@ def _skip_message(reason: str) -> str:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """pytest's test loop, reporting cached stage items straight from it when only
+    pytest's own plugins take part (``qnn_ci.known_result.run_loop``)."""
+    if not any(isinstance(item, StageItem) for item in session.items):
+        return None
+    from qnn_ci.known_result import run_loop
+
+    return run_loop(session, lambda item: isinstance(item, StageItem))
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """A stage whose result is known without running anything (cached) is reported
     without pytest's per-phase set-up (``qnn_ci.known_result``)."""

@@ -186,3 +186,48 @@ def test_marks_and_a_makereport_wrapper_still_apply(project: pytest.Pytester) ->
     assert len(per_item) == 36
     assert all(w == ["setup", "call", "teardown"] for n, w in per_item.items()
                if n != "qnn-ci.yaml::b::static_shapes")
+
+
+def test_the_loop_reports_known_items_unless_other_plugins_take_part(
+        project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With only pytest's own plugins, known items are reported straight from the test
+    loop, outside the protocol's per-item wrappers (warning capture, here counted);
+    a plugin's protocol hook puts every item back through the protocol, and -x stops
+    at the first failure either way."""
+    import _pytest.warnings
+
+    wrapped: list[str] = []
+    real = _pytest.warnings.catch_warnings_for_item
+
+    def counting(config, ihook, when, item):  # type: ignore[no-untyped-def]
+        if when == "runtest":
+            wrapped.append(item.nodeid)
+        return real(config, ihook, when, item)
+
+    monkeypatch.setattr(_pytest.warnings, "catch_warnings_for_item", counting)
+    project.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=5, skipped=30, failed=1)
+    wrapped.clear()
+    project.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=5, skipped=30, failed=1)
+    # only the items pytest's protocol runs: the failed stage (it runs again), the
+    # stage that reads it, the last item (it tears the session down)
+    assert wrapped == ["qnn-ci.yaml::bad::calibration", "qnn-ci.yaml::bad::regression",
+                       "qnn-ci.yaml::b::regression"]
+    wrapped.clear()
+    stopped = project.runpytest("-p", "no:cacheprovider", "-x")
+    stopped.assert_outcomes(passed=3, skipped=10, failed=1)
+    assert wrapped == ["qnn-ci.yaml::bad::calibration"]
+
+    (project.path / "conftest.py").write_text(textwrap.dedent('''
+        import pytest
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_protocol(item, nextitem):
+            return (yield)
+        '''))
+    wrapped.clear()
+    project.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=5, skipped=30, failed=1)
+    assert len(wrapped) == 36
+    wrapped.clear()
+    project.runpytest("-p", "no:cacheprovider", "-x").assert_outcomes(
+        passed=3, skipped=10, failed=1)
+    assert len(wrapped) == 14
