@@ -79,14 +79,14 @@ def xml_text(text: str) -> str:
 
 
 def testcase(manifest: Path, export: str, line: int, result: StageResult) -> TestCase:
-    tc = TestCase(name=f"{export}::{result.stage}", classname=f"{manifest.name}.{export}",
-                  elapsed_sec=result.duration_s, file=str(manifest), line=line,
-                  stdout=result.summary or None)
     props = {f"qnn.{k}": property_value(v) for k, v in result.properties.items()}
-    props |= {f"qnn.artefact.{k}": str(v) for k, v in result.artefacts.items()}
+    if result.artefacts:
+        props |= {f"qnn.artefact.{k}": str(v) for k, v in result.artefacts.items()}
     if result.cached:
         props["qnn.cached"] = "true"
-    tc.properties = props  # type: ignore[attr-defined]
+    tc = TestCase(name=f"{export}::{result.stage}", classname=f"{manifest.name}.{export}",
+                  elapsed_sec=result.duration_s, file=str(manifest), line=line,
+                  stdout=result.summary or None, properties=props)
     crashed = crash_log(result)
     if crashed:   # a bug in qnn-ci, not a failed check: an <error> with the traceback
         tc.add_error_info(message=result.summary, output=_with_log(result.failure_text(), crashed),
@@ -157,32 +157,41 @@ def _element(tag: str, attrs: dict[str, str], text: str | None, pad: str) -> str
     return f"{head}>{_text(text)}</{tag}>" if text else head + " />"
 
 
+# (attribute, XML name) after name and time, in junit-xml's order
 _CASE_ATTRS = (("timestamp", "timestamp"), ("classname", "classname"), ("status", "status"),
                ("category", "class"), ("file", "file"), ("line", "line"), ("log", "log"),
                ("url", "url"))
+_INNER = "\n      "
+_PROPERTY = _INNER + "  <property name="
+# A skip's or a summary's element, by its text: a run's skips share a few reasons.
+_CHILDREN: dict[tuple[str, str | None, str | None], str] = {}
 
 
 def case_xml(case: TestCase) -> str:
     """One ``<testcase>`` as text, indented for its place in the report: the elements
     and attributes junit-xml writes, plus the case's <properties> first. Every text
     is made XML-writable on the way out (``xml_text``: the report must always parse)."""
-    head = ["<testcase name=", _attr(case.name)]
+    head = "<testcase name=" + _attr(case.name)
     if case.assertions:
-        head += [" assertions=", _attr(f"{case.assertions:d}")]
+        head += " assertions=" + _attr(f"{case.assertions:d}")
     if case.elapsed_sec is not None:     # a cached stage's near-zero read included
-        head += [' time="', f"{case.elapsed_sec:f}", '"']
-    for attr, key in _CASE_ATTRS:
-        value = getattr(case, attr, None)
-        if value:
-            head += [" ", key, "=", _attr(str(value))]
-    inner = "\n      "
+        head += f' time="{case.elapsed_sec:f}"'
+    if case.timestamp or case.status or case.category or case.log or case.url:
+        head += "".join(f" {key}={_attr(str(value))}" for attr, key in _CASE_ATTRS
+                        if (value := getattr(case, attr)))
+    else:           # the usual three, in the same order
+        if case.classname:
+            head += " classname=" + _attr(case.classname)
+        if case.file:
+            head += " file=" + _attr(case.file)
+        if case.line:
+            head += " line=" + _attr(str(case.line))
     children: list[str] = []
     props = case.properties
     if props:
-        pad = inner + "  <property name="
         children.append("<properties>" + "".join(
-            [f"{pad}{_attr(k)} value={_attr(v)} />" for k, v in props.items()])
-            + inner + "</properties>")
+            [f"{_PROPERTY}{_attr(k)} value={_attr(v)} />" for k, v in props.items()])
+            + _INNER + "</properties>")
     for tag, entries in (("failure", case.failures), ("error", case.errors)):
         for entry in entries:
             if entry["output"] or entry["message"]:
@@ -191,19 +200,33 @@ def case_xml(case: TestCase) -> str:
                     sub["message"] = entry["message"]
                 children.append(_element(tag, sub, entry["output"], ""))
     for skipped in case.skipped:
-        sub = {"type": "skipped"}
-        if skipped["message"]:
-            sub["message"] = skipped["message"]
-        children.append(_element("skipped", sub, skipped["output"], ""))
-    for tag, text in (("system-out", case.stdout), ("system-err", case.stderr)):
-        if text:
-            children.append(_element(tag, {}, text, ""))
+        children.append(_child("skipped", skipped["message"], skipped["output"]))
+    if case.stdout:
+        children.append(_child("system-out", None, case.stdout))
+    if case.stderr:
+        children.append(_child("system-err", None, case.stderr))
     if not children:
-        return "".join(head) + " />"
-    return "".join(head) + ">" + "".join(inner + c for c in children) + "\n    </testcase>"
+        return head + " />"
+    return head + ">" + _INNER + _INNER.join(children) + "\n    </testcase>"
+
+
+def _child(tag: str, message: str | None, text: str | None) -> str:
+    """A <skipped> (with its message) or a <system-out>/<system-err> element, made
+    once per text (bounded, as ``_QUOTED``)."""
+    key = (tag, message, text)
+    known = _CHILDREN.get(key)
+    if known is None:
+        attrs = {} if tag != "skipped" else (
+            {"type": "skipped", "message": message} if message else {"type": "skipped"})
+        known = _element(tag, attrs, text, "")
+        if len(_CHILDREN) < 10_000 and len(text or "") + len(message or "") < 2048:
+            _CHILDREN[key] = known
+    return known
 
 
 def _kind(case: TestCase) -> str:
+    if not (case.errors or case.failures or case.skipped):
+        return ""
     if case.is_error():
         return "error"
     if case.is_failure():

@@ -76,6 +76,35 @@ def test_counters_properties_and_texts_read_back(tmp_path: Path) -> None:
     assert got[0].find("failure") is None and got[3].find("skipped") is not None
 
 
+def test_every_testcase_attribute_and_child_in_order(tmp_path: Path) -> None:
+    """The attributes junit-xml writes, in its order, whichever are set; a skip's message
+    and output and both captured streams read back."""
+    from qnn_ci.report.junit_case import TestCase
+
+    full = TestCase("n", classname="c", elapsed_sec=1.5, stdout="out", stderr="err <e>",
+                    file="f.yaml", line=3, assertions=2, timestamp="2026-12-02T00:00:00",
+                    status="run", category="cat", log="l.txt", url="http://x/y?a&b",
+                    properties={"p": "v"})
+    full.add_skipped_info("why & how", "skip output")
+    plain = TestCase("m", classname="c", file="f.yaml", line=4)
+    path = tmp_path / "r.xml"
+    writer = JUnitWriter(path, git=False)
+    writer.add(full)
+    writer.add(plain)
+    writer.flush()
+    text = path.read_text()
+    assert re.search(r'<testcase name="n" assertions="2" time="1.500000" '
+                     r'timestamp="2026-12-02T00:00:00" classname="c" status="run" '
+                     r'class="cat" file="f.yaml" line="3" log="l.txt" url="http://x/y\?a&amp;b">',
+                     text)
+    assert '<testcase name="m" classname="c" file="f.yaml" line="4" />' in text
+    first = cases(path)[0]
+    assert [c.tag for c in first] == ["properties", "skipped", "system-out", "system-err"]
+    skipped = first.find("skipped")
+    assert skipped is not None and skipped.get("message") == "why & how"
+    assert skipped.text == "skip output" and first.findtext("system-err") == "err <e>"
+
+
 def test_replaced_cases_are_written_as_given(tmp_path: Path) -> None:
     """`qnn-ci run` replaces the list when a run stops early (the not-run cases)."""
     path = tmp_path / "r.xml"
