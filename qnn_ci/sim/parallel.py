@@ -11,6 +11,13 @@ from the first sample on; every sample goes to whoever is free first, so samples
 that take milliseconds are all done here before a worker is ready (the workers
 are then stopped). Outputs come back in sample order, the same numbers one session
 gives; workers are killed if the caller is interrupted.
+
+The samples reach the workers through a file in the work folder, not the start-up
+pipe: ``spawn`` writes a process's arguments into a pipe whose reading end the parent
+holds open until the write ends, so a worker that dies while starting (a script
+without a ``__main__`` guard, a killed process) would leave a large write -- and the
+run -- blocked for ever. A worker that dies is logged; this process then simulates
+the samples itself.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import pickle
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,8 +54,8 @@ def sim_processes(samples: int, environ: dict[str, str] | None = None) -> int:
 
 
 # -- in a worker process ---------------------------------------------------------------
-def _worker(payloads: dict[int, Any], todo: Any, ctx_model: str, soc_name: str,
-            log_dir: str, results: Any) -> None:
+def _worker(payload_file: str, todo: Any, ctx_model: str, soc_name: str,
+           log_dir: str, results: Any) -> None:
     """Load a session, then simulate the sample indices taken from ``todo`` until a
     None; put ``(index, outputs, seconds)`` per sample on ``results``, or
     ``(index, None, error text)``."""
@@ -57,6 +65,8 @@ def _worker(payloads: dict[int, Any], todo: Any, ctx_model: str, soc_name: str,
     log_path = Path(log_dir) / f"sim_run.{os.getpid()}.log"
     index = -1
     try:
+        with open(payload_file, "rb") as fh:   # written by this run's SimPool
+            payloads: dict[int, Any] = pickle.load(fh)
         session = htp_session(Path(ctx_model), sim_target(soc_name), log_path)
         names = [o.name for o in session.get_outputs()]
         while (index := todo.get()) is not None:
@@ -146,6 +156,7 @@ class SimPool:
         total = len(samples)
         self.n = min(processes, total) if share_here else min(processes, total + 1)
         self.procs: list[Any] = []
+        self.payload_file: Path | None = None
         self.started = time.monotonic()
         self.results: Any = None
         self.todo: Any = None
@@ -159,11 +170,15 @@ class SimPool:
         for _ in range(self.n if share_here else self.n - 1):
             self.todo.put(None)               # one stop per taker: each worker, and this one
         try:
-            payloads = {i: _payload(samples, i) for i in range(total)}
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.payload_file = log_path.parent / f".sim_samples.{os.getpid()}.pickle"
+            with self.payload_file.open("wb") as fh:
+                pickle.dump({i: _payload(samples, i) for i in range(total)}, fh,
+                            protocol=pickle.HIGHEST_PROTOCOL)
             for k in range(self.n - 1):
                 proc = mp.Process(target=_worker, name=f"qnn-ci-sim-{k}", daemon=True, args=(
-                    payloads, self.todo, str(ctx_model), soc.name, str(log_path.parent),
-                    self.results))
+                    str(self.payload_file), self.todo, str(ctx_model), soc.name,
+                    str(log_path.parent), self.results))
                 proc.start()
                 self.procs.append(proc)
         except BaseException:
@@ -197,6 +212,10 @@ class SimPool:
                 seconds += _run_here(session, samples, i, log_path, found, total)
                 here += 1
         seconds += _gather(self.procs, self.results, set(range(total)), found, total)
+        for proc in self.procs:
+            if proc.exitcode not in (None, 0):
+                log.warning("simulator process %s exited with code %s; the samples were "
+                            "simulated without it", proc.name, proc.exitcode)
         log.info("simulated %d samples in %.1f s, %d of them in worker processes", total,
                  time.monotonic() - self.started, total - here)
         return [found[i] for i in range(total)], seconds / total
@@ -212,4 +231,6 @@ class SimPool:
         self.results.close()
         self.todo.close()
         self.results = None
+        if self.payload_file is not None:
+            self.payload_file.unlink(missing_ok=True)
         _merge_logs(self.log_path)

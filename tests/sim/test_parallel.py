@@ -108,3 +108,54 @@ def test_workers_start_when_the_pool_is_made(graphs: dict[str, Path], conv_feeds
     assert not pool.procs[0].is_alive()
     for a, b in zip(one, outs, strict=True):
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+DIES_WHILE_STARTING = '''
+import logging, pickle, sys
+from pathlib import Path
+
+if __name__ == "__mp_main__":       # a spawned worker dies before reading its arguments
+    raise SystemExit(3)
+
+from qnn_ci.sim.ep import sim_target
+from qnn_ci.sim.parallel import simulate_samples
+
+ctx, feeds_file, out = sys.argv[1:4]
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+feeds = pickle.loads(Path(feeds_file).read_bytes())
+outs, _ = simulate_samples(Path(ctx), sim_target("SM8550"), feeds, Path(out) / "sim_run.log", 2)
+Path(out, "outs.pickle").write_bytes(pickle.dumps(outs))
+'''
+
+
+@needs_sim
+def test_a_worker_that_dies_while_starting_neither_hangs_nor_loses_samples(
+        graphs: dict[str, Path], conv_feeds, tmp_path: Path) -> None:
+    """More samples than a pipe holds (``spawn`` used to write them all into the
+    worker's start-up pipe, and waited for ever when the worker died first): the run
+    goes on in this process, logs the dead worker, and gives the one-session numbers."""
+    import pickle
+    import subprocess
+    import sys
+
+    from qnn_ci.sim.check import check_htp
+    from qnn_ci.sim.quantize import QuantSettings
+
+    soc = sim_target("SM8550")
+    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
+    feeds = conv_feeds(120, seed=5)       # 120 x 768 float32: ~370 KB of samples
+    ctx_model = report.prepare.ctx_model
+    one, _ = simulate_samples(ctx_model, soc, feeds, tmp_path / "one" / "sim_run.log", 1)
+    (tmp_path / "feeds.pickle").write_bytes(pickle.dumps(feeds))
+    (tmp_path / "script.py").write_text(DIES_WHILE_STARTING)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(tmp_path / "script.py"), str(ctx_model),
+                           str(tmp_path / "feeds.pickle"), str(out)], capture_output=True,
+                          text=True, timeout=180, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "simulator process qnn-ci-sim-0 exited with code 3" in done.stderr
+    both = pickle.loads((out / "outs.pickle").read_bytes())
+    assert len(both) == 120
+    for a, b in zip(one, both, strict=True):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert not list(out.glob(".sim_samples.*"))     # the samples' file is removed
