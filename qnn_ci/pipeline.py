@@ -158,6 +158,7 @@ class Pipeline:
         self._results: dict[tuple[str, str], StageResult] = {}
         self._keys: dict[tuple[str, str], str] = {}
         self._roots: dict[Path, Roots] = {}
+        self._planned: dict[str, tuple[ExportSpec, frozenset[str]]] = {}
         # the shell's selection (pytest -m / -k): export -> stages selected to run; a
         # stage's `reads` are read only when selected (None: all are)
         self.selected: dict[str, set[str]] | None = None
@@ -179,6 +180,13 @@ class Pipeline:
 
     def stage_names(self, export: ExportSpec) -> list[str]:
         return [s.name for s in self.plan(export)]
+
+    def _planned_names(self, export: ExportSpec) -> frozenset[str]:
+        """``stage_names`` as a set, worked out once per export."""
+        known = self._planned.get(export.name)
+        if known is None or known[0] is not export:
+            known = self._planned[export.name] = (export, frozenset(self.stage_names(export)))
+        return known[1]
 
     # -- running ----------------------------------------------------------------
     def run_export(self, name: str, only: set[str] | None = None) -> list[StageResult]:
@@ -225,7 +233,7 @@ class Pipeline:
         reason = stage.unavailable(export, self.env)
         if reason:
             return StageResult(stage_name, Status.SKIPPED, reason, data={"reason": reason})
-        planned = set(self.stage_names(export))
+        planned = self._planned_names(export)
         upstream: dict[str, StageResult] = {}
         for need in stage.needs:
             if need not in self.stages or need not in planned:

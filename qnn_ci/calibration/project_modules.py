@@ -305,15 +305,23 @@ def package_versions(top_level: tuple[str, ...], memo_root: Path | None = None
     a package is installed or removed)."""
     from qnn_ci.memo import Memo, memo_key
 
-    memo = Memo(memo_root)
     key = memo_key("package_versions", "1", _installed_state(), "\n".join(sorted(top_level)))
+    if key in _VERSIONS:           # this process read them under the same installed state
+        return dict(_VERSIONS[key])
+    memo = Memo(memo_root)
     known = memo.get("package_versions", key) if memo_root is not None else None
     if isinstance(known, dict) and all(isinstance(v, str) for v in known.values()):
-        return dict(known)
-    found = _package_versions(top_level)
-    if memo_root is not None:
-        memo.put("package_versions", key, found)
-    return found
+        found = dict(known)
+    else:
+        found = _package_versions(top_level)
+        if memo_root is not None:
+            memo.put("package_versions", key, found)
+    _VERSIONS[key] = found
+    return dict(found)
+
+
+# package_versions' answers in this process, by the same key as on disk.
+_VERSIONS: dict[str, dict[str, str]] = {}
 
 
 def _package_versions(top_level: tuple[str, ...]) -> dict[str, str]:
