@@ -10,7 +10,8 @@ loading the prepared context into its own session, while this process simulates
 from the first sample on; every sample goes to whoever is free first, so samples
 that take milliseconds are all done here before a worker is ready (the workers
 are then stopped). Outputs come back in sample order, the same numbers one session
-gives; workers are killed if the caller is interrupted.
+gives; workers are killed if the caller is interrupted. With a core per process,
+each keeps to its own (``_one_core_each``): this process only while it simulates.
 
 The samples reach the workers through a file in the work folder, not the start-up
 pipe: ``spawn`` writes a process's arguments into a pipe whose reading end the parent
@@ -55,10 +56,12 @@ def sim_processes(samples: int, environ: dict[str, str] | None = None) -> int:
 
 # -- in a worker process ---------------------------------------------------------------
 def _worker(payload_file: str, todo: Any, ctx_model: str, soc_name: str,
-           log_dir: str, results: Any) -> None:
+           log_dir: str, results: Any, core: int | None = None) -> None:
     """Load a session, then simulate the sample indices taken from ``todo`` until a
     None; put ``(index, outputs, seconds)`` per sample on ``results``, or
-    ``(index, None, error text)``."""
+    ``(index, None, error text)``. ``core``: the one core this process keeps to."""
+    if core is not None:
+        _keep_to({core})
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import htp_session
 
@@ -79,6 +82,31 @@ def _worker(payload_file: str, todo: Any, ctx_model: str, soc_name: str,
                          time.monotonic() - start))
     except Exception as exc:   # sent to the caller, which raises it there
         results.put((index, None, f"{type(exc).__name__}: {exc}"))
+
+
+def _keep_to(cores: set[int]) -> set[int] | None:
+    """Keep the calling thread (and the threads it starts from now on) to ``cores``;
+    the cores it had, or None when that cannot be done."""
+    try:
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, cores)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return before
+
+
+def _one_core_each(processes: int) -> list[int] | None:
+    """A core per simulator process (this one first), when there are enough.
+
+    The simulator starts a thread per simulated HVX context, and idle ones spin on
+    ``sched_yield``: with two simulator processes floating over two cores each one's
+    spinning threads take time from the other's inference. Kept to a core each,
+    they take it only from their own."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    return cores[:processes] if len(cores) >= processes else None
 
 
 def _payload(samples: Sequence[Feeds], i: int) -> Any:
@@ -158,6 +186,7 @@ class SimPool:
         self.procs: list[Any] = []
         self.payload_file: Path | None = None
         self.started = time.monotonic()
+        self.cores: list[int] | None = None
         self.results: Any = None
         self.todo: Any = None
         if self.n <= 1:
@@ -175,10 +204,15 @@ class SimPool:
             with self.payload_file.open("wb") as fh:
                 pickle.dump({i: _payload(samples, i) for i in range(total)}, fh,
                             protocol=pickle.HIGHEST_PROTOCOL)
+            self.cores = _one_core_each(self.n) if share_here else None
+            if self.cores:
+                log.info("one core per simulator process: %s (this one first)",
+                         ", ".join(map(str, self.cores)))
             for k in range(self.n - 1):
                 proc = mp.Process(target=_worker, name=f"qnn-ci-sim-{k}", daemon=True, args=(
                     str(self.payload_file), self.todo, str(ctx_model), soc.name,
-                    str(log_path.parent), self.results))
+                    str(log_path.parent), self.results,
+                    self.cores[k + 1] if self.cores else None))
                 proc.start()
                 self.procs.append(proc)
         except BaseException:
@@ -207,10 +241,17 @@ class SimPool:
         seconds = 0.0
         here = 0
         if self.share_here:
-            session = htp_session(self.ctx_model, self.soc, log_path)
-            while (i := self.todo.get(timeout=60)) is not None:
-                seconds += _run_here(session, samples, i, log_path, found, total)
-                here += 1
+            # this thread, and the simulator threads its session starts, on one core
+            before = _keep_to({self.cores[0]}) if self.cores else None
+            try:
+                session = htp_session(self.ctx_model, self.soc, log_path)
+                while (i := self.todo.get(timeout=60)) is not None:
+                    seconds += _run_here(session, samples, i, log_path, found, total)
+                    here += 1
+                del session
+            finally:
+                if before is not None:
+                    _keep_to(before)
         seconds += _gather(self.procs, self.results, set(range(total)), found, total)
         for proc in self.procs:
             if proc.exitcode not in (None, 0):

@@ -159,3 +159,53 @@ def test_a_worker_that_dies_while_starting_neither_hangs_nor_loses_samples(
     for a, b in zip(one, both, strict=True):
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     assert not list(out.glob(".sim_samples.*"))     # the samples' file is removed
+
+
+@needs_sim
+@pytest.mark.skipif(usable_cores() < 2, reason="needs two usable cores")
+def test_each_simulator_process_keeps_to_its_own_core(graphs: dict[str, Path], conv_feeds,
+                                                      tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker keeps to the second core from its start; this thread keeps to the
+    first only while it simulates (its own cores are back afterwards); the numbers are
+    one session's."""
+    import os
+    import time
+
+    from qnn_ci.sim.check import check_htp
+    from qnn_ci.sim.parallel import SimPool
+    from qnn_ci.sim.quantize import QuantSettings
+
+    soc = sim_target("SM8550")
+    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
+    feeds = conv_feeds(4, seed=6)
+    ctx_model = report.prepare.ctx_model
+    one, _ = simulate_samples(ctx_model, soc, feeds, tmp_path / "one" / "sim_run.log", 1)
+    mine = os.sched_getaffinity(0)
+    cores = sorted(mine)
+    import qnn_ci.sim.parallel as parallel
+
+    simulating_on: list[set[int]] = []
+    real_run_here = parallel._run_here
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        simulating_on.append(os.sched_getaffinity(0))
+        return real_run_here(*args, **kwargs)
+
+    monkeypatch.setattr(parallel, "_run_here", recording)
+    with caplog.at_level(logging.INFO, logger="qnn_ci.sim.parallel"), \
+            SimPool(ctx_model, soc, feeds, tmp_path / "pool" / "sim_run.log", 2) as pool:
+        worker = pool.procs[0]
+        deadline = time.monotonic() + 60
+        while os.sched_getaffinity(worker.pid) != {cores[1]} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.sched_getaffinity(worker.pid) == {cores[1]}
+        assert os.sched_getaffinity(0) == mine          # not before it simulates
+        outs, _ = pool.run()
+    assert os.sched_getaffinity(0) == mine              # nor after
+    assert simulating_on and all(c == {cores[0]} for c in simulating_on)
+    assert f"one core per simulator process: {cores[0]}, {cores[1]} (this one first)" in [
+        r.getMessage() for r in caplog.records]
+    for a, b in zip(one, outs, strict=True):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
