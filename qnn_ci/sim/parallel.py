@@ -28,7 +28,8 @@ import multiprocessing
 import os
 import pickle
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,32 @@ def _keep_to(cores: set[int]) -> set[int] | None:
     except (AttributeError, OSError, ValueError):
         return None
     return before
+
+
+@contextmanager
+def _on_core(core: int | None) -> Iterator[None]:
+    """The calling thread kept to ``core`` while the block runs (None: as it is); then
+    its own cores back, and theirs to the threads started meanwhile that outlive
+    the block (onnxruntime and the QNN libraries keep some for the process's life)."""
+    before = _keep_to({core}) if core is not None else None
+    if before is None:
+        yield
+        return
+    existing = _thread_ids()
+    try:
+        yield
+    finally:
+        _keep_to(before)
+        for tid in _thread_ids() - existing:
+            with suppress(OSError):
+                os.sched_setaffinity(tid, before)
+
+
+def _thread_ids() -> set[int]:
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except (OSError, ValueError):
+        return set()
 
 
 def _one_core_each(processes: int) -> list[int] | None:
@@ -242,16 +269,12 @@ class SimPool:
         here = 0
         if self.share_here:
             # this thread, and the simulator threads its session starts, on one core
-            before = _keep_to({self.cores[0]}) if self.cores else None
-            try:
+            with _on_core(self.cores[0] if self.cores else None):
                 session = htp_session(self.ctx_model, self.soc, log_path)
                 while (i := self.todo.get(timeout=60)) is not None:
                     seconds += _run_here(session, samples, i, log_path, found, total)
                     here += 1
                 del session
-            finally:
-                if before is not None:
-                    _keep_to(before)
         seconds += _gather(self.procs, self.results, set(range(total)), found, total)
         for proc in self.procs:
             if proc.exitcode not in (None, 0):

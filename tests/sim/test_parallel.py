@@ -209,3 +209,48 @@ def test_each_simulator_process_keeps_to_its_own_core(graphs: dict[str, Path], c
         r.getMessage() for r in caplog.records]
     for a, b in zip(one, outs, strict=True):
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+FIRST_SESSION_PINNED = '''
+import os, pickle, sys
+from pathlib import Path
+
+from qnn_ci.sim.ep import sim_target
+from qnn_ci.sim.parallel import simulate_samples
+
+if __name__ == "__main__":
+    ctx, feeds_file, out = sys.argv[1:4]
+    mine = os.sched_getaffinity(0)
+    feeds = pickle.loads(Path(feeds_file).read_bytes())
+    # this process's first simulator session: made while this thread keeps to a core
+    simulate_samples(Path(ctx), sim_target("SM8550"), feeds, Path(out) / "sim_run.log", 2)
+    tasks = os.listdir("/proc/self/task")
+    print(len(tasks), all(os.sched_getaffinity(int(t)) == mine for t in tasks))
+'''
+
+
+@needs_sim
+@pytest.mark.skipif(usable_cores() < 2, reason="needs two usable cores")
+def test_threads_started_while_simulating_get_the_process_cores_back(
+        graphs: dict[str, Path], conv_feeds, tmp_path: Path) -> None:
+    """onnxruntime and the QNN libraries keep some threads for the process's life,
+    started with the first session: made while this thread kept to one core, they
+    get the process's cores back too."""
+    import pickle
+    import subprocess
+    import sys
+
+    from qnn_ci.sim.check import check_htp
+    from qnn_ci.sim.quantize import QuantSettings
+
+    soc = sim_target("SM8550")
+    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
+    (tmp_path / "feeds.pickle").write_bytes(pickle.dumps(conv_feeds(4, seed=7)))
+    (tmp_path / "script.py").write_text(FIRST_SESSION_PINNED)
+    done = subprocess.run([sys.executable, str(tmp_path / "script.py"),
+                           str(report.prepare.ctx_model), str(tmp_path / "feeds.pickle"),
+                           str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=180, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    count, all_back = done.stdout.split()
+    assert int(count) > 1 and all_back == "True"
