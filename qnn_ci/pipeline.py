@@ -158,7 +158,7 @@ class Pipeline:
         self._results: dict[tuple[str, str], StageResult] = {}
         self._keys: dict[tuple[str, str], str] = {}
         self._roots: dict[Path, Roots] = {}
-        self._planned: dict[str, tuple[ExportSpec, frozenset[str]]] = {}
+        self._planned: dict[str, frozenset[str]] = {}   # export -> its stages
         # the shell's selection (pytest -m / -k): export -> stages selected to run; a
         # stage's `reads` are read only when selected (None: all are)
         self.selected: dict[str, set[str]] | None = None
@@ -184,9 +184,9 @@ class Pipeline:
     def _planned_names(self, export: ExportSpec) -> frozenset[str]:
         """``stage_names`` as a set, worked out once per export."""
         known = self._planned.get(export.name)
-        if known is None or known[0] is not export:
-            known = self._planned[export.name] = (export, frozenset(self.stage_names(export)))
-        return known[1]
+        if known is None:
+            known = self._planned[export.name] = frozenset(self.stage_names(export))
+        return known
 
     # -- running ----------------------------------------------------------------
     def run_export(self, name: str, only: set[str] | None = None) -> list[StageResult]:

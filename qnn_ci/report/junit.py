@@ -176,16 +176,8 @@ def case_xml(case: TestCase) -> str:
         head += " assertions=" + _attr(f"{case.assertions:d}")
     if case.elapsed_sec is not None:     # a cached stage's near-zero read included
         head += f' time="{case.elapsed_sec:f}"'
-    if case.timestamp or case.status or case.category or case.log or case.url:
-        head += "".join(f" {key}={_attr(str(value))}" for attr, key in _CASE_ATTRS
-                        if (value := getattr(case, attr)))
-    else:           # the usual three, in the same order
-        if case.classname:
-            head += " classname=" + _attr(case.classname)
-        if case.file:
-            head += " file=" + _attr(case.file)
-        if case.line:
-            head += " line=" + _attr(str(case.line))
+    head += "".join([f" {key}={_attr(str(value))}" for attr, key in _CASE_ATTRS
+                     if (value := getattr(case, attr))])
     children: list[str] = []
     props = case.properties
     if props:
