@@ -8,10 +8,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.spec import ExportSpec
 
-if TYPE_CHECKING:   # the lock and the transports: when a board is used, not at load
+if TYPE_CHECKING:   # the boards, the lock and the transports: when a board is used, not at load
+    from qnn_ci.boards.config import BoardConfig
     from qnn_ci.transport.base import Transport
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,8 @@ def resolve_board(export: ExportSpec, boards: Mapping[str, Any],
     if problem or name is None:
         raise LookupError(problem)
     board = boards[name]
+    from qnn_ci.boards.config import BoardConfig
+
     if not isinstance(board, BoardConfig):
         raise TypeError(f"board {name}: expected a BoardConfig, got {type(board).__name__}")
     return board

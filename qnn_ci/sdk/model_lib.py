@@ -16,13 +16,16 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qnn_ci.elf import ElfHeader, check_library, read_elf_header
 from qnn_ci.errors import ToolError, UserError
 from qnn_ci.sdk.locate import LIB_GENERATOR, Sdk
-from qnn_ci.sdk.toolrun import ToolRun, run_tool
 from qnn_ci.spec import ExportSpec
 from qnn_ci.tables import LIB_GENERATOR_DEFAULT_TARGETS
+
+if TYPE_CHECKING:   # running the tool and reading its library: when the stage runs
+    from qnn_ci.elf import ElfHeader
+    from qnn_ci.sdk.toolrun import ToolRun
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,8 @@ def parse_lib_targets(help_text: str) -> LibTargets:
 
 
 def probe_lib_targets(sdk: Sdk, workdir: Path, *, timeout: float = 120.0) -> LibTargets:
+    from qnn_ci.sdk.toolrun import run_tool
+
     run = run_tool([str(sdk.tool(LIB_GENERATOR)), "--help"], sdk=sdk, workdir=workdir,
                    log_name="lib-generator-help", timeout=timeout)
     targets = parse_lib_targets(run.output)
@@ -167,6 +172,9 @@ def build_lib_argv(cpp: Path, bin_path: Path | None, out_dir: Path, target: str,
 def build_model_lib(*, sdk: Sdk, cpp: Path, bin_path: Path | None, target: str, lib_name: str,
                     workdir: Path, timeout: float) -> LibOutcome:
     """Build ``lib<lib_name>.so`` for ``target`` under ``<workdir>/lib`` and check it."""
+    from qnn_ci.elf import check_library, read_elf_header
+    from qnn_ci.sdk.toolrun import run_tool
+
     workdir = Path(workdir).resolve()
     out_dir = workdir / "lib"
     if target in LIB_GENERATOR_DEFAULT_TARGETS and not target.startswith("x86_64"):

@@ -7,16 +7,15 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.boards.session import board_fingerprint, board_problem, resolve_board
 from qnn_ci.pipeline import NO_CACHE
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, StageContext
 from qnn_ci.tables import find_soc
-from qnn_ci.transport.base import DiskFullError, TransportError
 
 if TYPE_CHECKING:   # numpy (via these) only when a board stage runs, not at load
+    from qnn_ci.boards.config import BoardConfig
     from qnn_ci.boards.native_outputs import NativeType
     from qnn_ci.boards.netrun import NetRunResult
     from qnn_ci.boards.result_files import ExpectedOutput
@@ -74,6 +73,7 @@ def board_error_result(stage: str, board: BoardConfig, exc: Exception) -> StageR
     """A failed result for a board that could not be reached, stayed locked, or
     refused a file operation before qnn-net-run ran."""
     from qnn_ci.boards.lock import BoardLockedError
+    from qnn_ci.transport.base import DiskFullError, TransportError
 
     text = str(exc)
     if isinstance(exc, BoardLockedError):

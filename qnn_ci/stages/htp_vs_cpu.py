@@ -35,7 +35,6 @@ from qnn_ci.spec import ExportSpec, Thresholds
 from qnn_ci.stage import Environment, Stage, StageContext
 from qnn_ci.stages import board_common
 from qnn_ci.stages.diagnosis_common import guarded, progress_logger
-from qnn_ci.transport.base import TransportError
 
 if TYPE_CHECKING:   # numpy (via these) only when the stage runs, not at load
     from qnn_ci.compare import Comparison
@@ -79,6 +78,7 @@ class HtpVsCpuStage(Stage):
             metric_properties,
             sanitize,
         )
+        from qnn_ci.transport.base import TransportError
 
         export, board = ctx.export, board_common.the_board(ctx)
         mismatch = board_common.soc_mismatch(ctx.export, board)

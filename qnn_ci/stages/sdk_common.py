@@ -12,12 +12,12 @@ from qnn_ci.errors import ToolError
 from qnn_ci.pipeline import NO_CACHE
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk, sdk_unavailable
-from qnn_ci.sdk.toolrun import ToolRun, ToolRunError
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, Stage, StageContext
 
-if TYPE_CHECKING:   # the converter's help probe: when a stage runs
+if TYPE_CHECKING:   # the converter's help probe and tool runs: when a stage runs
     from qnn_ci.sdk.converter_cmd import ConverterHelp
+    from qnn_ci.sdk.toolrun import ToolRun
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ def sdk_fingerprint(ctx: StageContext, *, tools: tuple[str, ...] = (CONVERTER,),
 
 def tool_failure(stage: str, exc: ToolError, check: str) -> StageResult:
     """A FAILED result for an SDK tool that could not even be probed."""
+    from qnn_ci.sdk.toolrun import ToolRunError
+
     text = str(exc)
     result = StageResult(stage, Status.FAILED, text.splitlines()[0],
                          [Finding(check, text, Severity.ERROR)])

@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.boards.session import board_session
-from qnn_ci.boards.storage import storage_findings, work_root_filesystem
 from qnn_ci.errors import ToolError
 from qnn_ci.results import StageResult
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, Stage, StageContext
 from qnn_ci.stages import board_common
-from qnn_ci.transport.base import TransportError
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +38,8 @@ class SoLoadStage(Stage):
 
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.boards.netrun import run_on_board  # numpy: only when it runs
+        from qnn_ci.boards.storage import storage_findings, work_root_filesystem
+        from qnn_ci.transport.base import TransportError
 
         board = board_common.the_board(ctx)
         mismatch = board_common.soc_mismatch(ctx.export, board)

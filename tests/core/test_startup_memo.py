@@ -269,3 +269,44 @@ def test_every_dataclass_has_a_docstring() -> None:
                     and ast.get_docstring(node) is None:
                 missing.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name}")
     assert not missing, missing
+
+
+# What only running a stage needs: making calibration samples, running an SDK tool,
+# reading an ELF file, reaching a board. A cached run computes keys and reads results.
+RUN_ONLY = ("qnn_ci.calibration.make_samples", "qnn_ci.calibration.sources",
+            "qnn_ci.calibration.validate", "qnn_ci.shared_results", "qnn_ci.sdk.toolrun",
+            "qnn_ci.elf", "qnn_ci.transport.base", "qnn_ci.boards.storage",
+            "qnn_ci.boards.config")
+
+
+def test_a_cached_run_imports_nothing_only_running_a_stage_needs(tmp_path: Path) -> None:
+    model = scale_model(tmp_path / "m.onnx")
+    (tmp_path / "gens.py").write_text(textwrap.dedent("""
+        import numpy as np
+
+        def samples(count):
+            for i in range(count):
+                yield {"x": np.full((1, 4), i + 1, np.float32)}
+    """))
+    _manifest(tmp_path, f"""
+        defaults:
+          inputs: {{x: {{shape: [1, 4]}}}}
+          calibration: {{generator: 'gens:samples', samples: 3, held_out: 0}}
+        exports:
+          - name: a
+            model: {model}
+            board: rb3
+    """)
+    code = textwrap.dedent(f"""
+        import sys
+        from qnn_ci.cli import main
+        code = main(["run", "--workdir", {str(tmp_path / "work")!r}])
+        print(code, sorted(m for m in {RUN_ONLY!r} if m in sys.modules))
+    """)
+
+    def run() -> str:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, cwd=tmp_path).stdout.strip().splitlines()[-1]
+    first = run()       # the first run makes the samples
+    assert first.startswith("0 ") and "qnn_ci.calibration.make_samples" in first
+    assert run() == "0 []"

@@ -15,12 +15,12 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from qnn_ci.calibration.make_samples import reuse as reuse_samples
 from qnn_ci.results import Status
 from qnn_ci.shared_results import META, claim, safe_name
 from qnn_ci.sim.shared_quantize import FLOAT, LOG, QDQ, _reuse
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment, StageContext
-from qnn_ci.stages.calibration import CalibrationStage
 
 NAMES = st.sampled_from(["raw/x_0.raw", "raw/x_1.raw", "../escape.raw", "/etc/passwd",
                          "raw//x.raw", "raw/./x_0.raw", "", "raw", QDQ, FLOAT, LOG, "a\0b",
@@ -124,7 +124,7 @@ def test_a_hostile_entry_reads_as_missing_or_as_a_sound_entry(tmp_path_factory: 
             workdir = env.workdir / "e" / "calibration"
             workdir.mkdir(parents=True)
             ctx = StageContext(export, env, workdir, upstream={})
-            res = CalibrationStage()._reuse(ctx, c)
+            res = reuse_samples(ctx, c)
             _HITS["calibration"] = _HITS.get("calibration", 0) + (res is not None)
             if res is not None:
                 assert res.status == Status.PASSED and "input_list" in res.artefacts
