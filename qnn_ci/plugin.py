@@ -271,12 +271,14 @@ class ExportCollector(pytest.Collector):
         self.deselected_why = ""
 
     def collect(self) -> Iterator[pytest.Item]:
+        marks: dict[str, pytest.MarkDecorator] = {}   # one per marker name, not per item
         for stage in self.pipeline.plan(self.export):
             item = StageItem.from_parent(self, name=stage.name, export=self.export,
                                          pipeline=self.pipeline)
-            item.add_marker("qnn")
-            if stage.marker:
-                item.add_marker(stage.marker)
+            for name in ("qnn", stage.marker) if stage.marker else ("qnn",):
+                if name not in marks:
+                    marks[name] = getattr(pytest.mark, name)
+                item.add_marker(marks[name])
             yield item
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
