@@ -47,7 +47,6 @@ def expected_inputs(ctx: StageContext) -> list[Expected]:
     return [Expected(i["name"], i["dtype"], tuple(i["shape"])) for i in shapes]
 
 
-
 def _warning_counts(findings: list[Finding]) -> str:
     """"; 100 warning(s): 97 inputs.all_zero, 3 inputs.identical" (most first), or ""."""
     counts: dict[str, int] = {}
@@ -64,7 +63,10 @@ def _warning_counts(findings: list[Finding]) -> str:
 def _lists(result: StageResult) -> dict[str, str]:
     return {k: result.artefacts[k] for k in LISTS if k in result.artefacts}
 
+
 def publish(ctx: StageContext, entry: Claim, result: StageResult) -> None:
+    """Store a passed result's samples and lists under its content key, for the
+    exports with the same key to link rather than make again."""
     names = list(result.data["inputs"])
     raw_dir = Path(result.artefacts["raw_dir"]).resolve()
     files = {f"raw/{p.name}": p for p in sorted(raw_dir.iterdir()) if p.is_file()}
@@ -75,6 +77,7 @@ def publish(ctx: StageContext, entry: Claim, result: StageResult) -> None:
     stored = result.to_dict()
     stored.pop("artefacts")
     entry.publish(files, {"lists": lists, "result": stored})
+
 
 def reuse(ctx: StageContext, entry: Claim) -> StageResult | None:
     """The stored samples linked into this export's folder, or None when the entry
@@ -110,7 +113,9 @@ def reuse(ctx: StageContext, entry: Claim) -> StageResult | None:
              ctx.export.name, entry.made_by)
     return result
 
+
 def compute(ctx: StageContext) -> StageResult:
+    """Make this export's samples from its source into ``ctx.workdir`` and check them."""
     export, c = ctx.export, ctx.export.calibration
     expected = expected_inputs(ctx)
     names = [e.name for e in expected]
@@ -183,6 +188,7 @@ def compute(ctx: StageContext) -> StageResult:
               "inputs": {e.name: {"dtype": e.dtype, "shape": list(e.shape)}
                          for e in expected}})
 
+
 def _split(c: CalibrationSpec, n: int, findings: list[Finding]) -> int:
     """How many of ``n`` samples calibrate; the rest are held out. Asked-for counts
     that the source cannot give are said, never silently shortened."""
@@ -199,6 +205,7 @@ def _split(c: CalibrationSpec, n: int, findings: list[Finding]) -> int:
                         "calibrate: lower calibration.held_out or add samples",
                         key="calibration.held_out")
     return min(c.samples or n, n - held)
+
 
 def _from_list(path: Path, expected: list[Expected], raw_dir: Path,
                findings: list[Finding], state: set[str]) -> list[dict[str, Path]]:
@@ -226,6 +233,7 @@ def _from_list(path: Path, expected: list[Expected], raw_dir: Path,
             copied[e.name] = dst.resolve()
         samples.append(copied)
     return samples
+
 
 def _from_peer(ctx: StageContext, expected: list[Expected], raw_dir: Path,
                synthetic: SyntheticCheck) -> list[dict[str, Path]]:
