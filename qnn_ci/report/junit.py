@@ -26,7 +26,6 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -123,14 +122,17 @@ def internal_error_case(exc: BaseException, log: Path | None) -> TestCase:
     return tc
 
 
-@dataclass(frozen=True)
 class _Serialised:
-    """One testcase as XML text, and what the suite's counters need of it."""
+    """One testcase as its line of the report (XML text, indented, newline-ended), and
+    what the suite's counters need of it. A plain class: a run makes a thousand."""
 
-    case: TestCase          # kept so the id() this is cached under stays this case's
-    xml: str
-    kind: str               # "error" | "failure" | "skipped" | ""
-    elapsed: float
+    __slots__ = ("case", "elapsed", "kind", "line")
+
+    def __init__(self, case: TestCase) -> None:
+        self.case = case        # kept so the id() this is cached under stays this case's
+        self.line = "    " + case_xml(case) + "\n"
+        self.kind = _kind(case)     # "error" | "failure" | "skipped" | ""
+        self.elapsed = case.elapsed_sec or 0.0
 
 
 # An attribute value, quoted: line breaks and tabs as character references, so they
@@ -171,32 +173,35 @@ def case_xml(case: TestCase) -> str:
     """One ``<testcase>`` as text, indented for its place in the report: the elements
     and attributes junit-xml writes, plus the case's <properties> first. Every text
     is made XML-writable on the way out (``xml_text``: the report must always parse)."""
-    head = "<testcase name=" + _attr(case.name)
-    if case.assertions:
-        head += " assertions=" + _attr(f"{case.assertions:d}")
-    if case.elapsed_sec is not None:     # a cached stage's near-zero read included
-        head += f' time="{case.elapsed_sec:f}"'
-    head += "".join([f" {key}={_attr(str(value))}" for attr, key in _CASE_ATTRS
-                     if (value := getattr(case, attr))])
+    d = vars(case)      # read once each, not through attribute lookups: a run has
+    head = "<testcase name=" + _attr(d["name"])     # a thousand of these
+    if d["assertions"]:
+        head += " assertions=" + _attr(f"{d['assertions']:d}")
+    if d["elapsed_sec"] is not None:     # a cached stage's near-zero read included
+        head += f' time="{d["elapsed_sec"]:f}"'
+    for attr, key in _CASE_ATTRS:
+        value = d[attr]
+        if value:
+            head += " " + key + "=" + _attr(value if type(value) is str else str(value))
     children: list[str] = []
-    props = case.properties
+    props = d["properties"]
     if props:
         children.append("<properties>" + "".join(
             [f"{_PROPERTY}{_attr(k)} value={_attr(v)} />" for k, v in props.items()])
             + _INNER + "</properties>")
-    for tag, entries in (("failure", case.failures), ("error", case.errors)):
+    for tag, entries in (("failure", d["failures"]), ("error", d["errors"])):
         for entry in entries:
             if entry["output"] or entry["message"]:
                 sub = {"type": entry["type"] or tag}
                 if entry["message"]:
                     sub["message"] = entry["message"]
                 children.append(_element(tag, sub, entry["output"], ""))
-    for skipped in case.skipped:
+    for skipped in d["skipped"]:
         children.append(_child("skipped", skipped["message"], skipped["output"]))
-    if case.stdout:
-        children.append(_child("system-out", None, case.stdout))
-    if case.stderr:
-        children.append(_child("system-err", None, case.stderr))
+    if d["stdout"]:
+        children.append(_child("system-out", None, d["stdout"]))
+    if d["stderr"]:
+        children.append(_child("system-err", None, d["stderr"]))
     if not children:
         return head + " />"
     return head + ">" + _INNER + _INNER.join(children) + "\n    </testcase>"
@@ -217,13 +222,11 @@ def _child(tag: str, message: str | None, text: str | None) -> str:
 
 
 def _kind(case: TestCase) -> str:
-    if not (case.errors or case.failures or case.skipped):
-        return ""
-    if case.is_error():
+    if case.errors and case.is_error():
         return "error"
-    if case.is_failure():
+    if case.failures and case.is_failure():
         return "failure"
-    return "skipped" if case.is_skipped() else ""
+    return "skipped" if case.skipped and case.is_skipped() else ""
 
 
 def run_date(at: float | None = None) -> str:
@@ -337,7 +340,7 @@ class JUnitWriter:
     def _serialised(self, case: TestCase) -> _Serialised:
         known = self._texts.get(id(case))
         if known is None or known.case is not case:
-            known = _Serialised(case, case_xml(case), _kind(case), case.elapsed_sec or 0.0)
+            known = _Serialised(case)
             self._texts[id(case)] = known
         return known
 
@@ -347,9 +350,10 @@ class JUnitWriter:
         cases = [self._serialised(c) for c in self.cases]
         if len(self._texts) > 2 * len(cases) + 16:   # cases replaced (``cases = [...]``)
             self._texts = {id(s.case): s for s in cases}
-        counts = {k: sum(1 for s in cases if s.kind == k) for k in ("error", "failure",
-                                                                      "skipped")}
-        total = round(sum(s.elapsed for s in cases), 6)
+        counts = dict.fromkeys(("error", "failure", "skipped", ""), 0)
+        for s in cases:
+            counts[s.kind] += 1
+        total = round(sum([s.elapsed for s in cases]), 6)
         common = (f'disabled="0" errors="{counts["error"]}" failures="{counts["failure"]}"')
         head = [
             '<?xml version="1.0" encoding="utf-8"?>',
@@ -367,7 +371,7 @@ class JUnitWriter:
             head += [f"      <property name={quoteattr(xml_text(k))} "
                      f"value={quoteattr(xml_text(v))} />" for k, v in props.items()]
             head.append("    </properties>")
-        body = "".join(f"    {s.xml}\n" for s in cases)
+        body = "".join([s.line for s in cases])
         return "\n".join(head) + "\n" + body + "  </testsuite>\n</testsuites>\n"
 
     def write(self, *, interrupted: str | None = None,
