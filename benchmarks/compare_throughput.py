@@ -41,8 +41,6 @@ from pathlib import Path
 import numpy as np
 from _harness import NOISE_NOTE, goal_line
 
-from qnn_ci.compare import DEFAULT_CHUNK
-
 GB = 1e9
 WRITE_CHUNK = 16 * 1024 * 1024      # elements generated per write
 
@@ -159,7 +157,7 @@ def _child(kind: str, ref: Path, test: Path, arg: int) -> dict[str, float] | Non
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gb", type=float, default=1.0, help="size of EACH output file (GB)")
-    ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
+    ap.add_argument("--chunk", type=int, default=None,
                     help="elements per chunk (default: qnn-ci's own)")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per method (paired)")
     ap.add_argument("--polygraphy-gb", type=float, default=0.25,
@@ -176,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
               "polygraphy": _worker_polygraphy}[args.worker]
         print(json.dumps(fn(Path(args.ref), Path(args.test), args.arg)))
         return 0
+    if args.chunk is None:      # read here, not at import: the workers do not need it
+        from qnn_ci.compare.metrics import DEFAULT_CHUNK
+
+        args.chunk = DEFAULT_CHUNK
 
     folder = Path(tempfile.mkdtemp(prefix="qnn-ci-bench-", dir=args.dir))
     try:

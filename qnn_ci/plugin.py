@@ -275,7 +275,7 @@ class ExportCollector(pytest.Collector):
         for stage in self.pipeline.plan(self.export):
             item = StageItem.from_parent(self, name=stage.name, export=self.export,
                                          pipeline=self.pipeline)
-            for name in ("qnn", stage.marker) if stage.marker else ("qnn",):
+            for name in filter(None, ("qnn", stage.marker)):
                 if name not in marks:
                     marks[name] = getattr(pytest.mark, name)
                 item.add_marker(marks[name])

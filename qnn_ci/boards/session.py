@@ -38,13 +38,13 @@ def board_problem(export: ExportSpec, boards: Mapping[str, Any],
 
 def resolve_board(export: ExportSpec, boards: Mapping[str, Any],
                   board_override: str | None) -> BoardConfig:
+    from qnn_ci.boards.config import BoardConfig  # configured boards hold them already
+
     name = board_name(export, board_override)
     problem = board_problem(export, boards, board_override)
     if problem or name is None:
         raise LookupError(problem)
     board = boards[name]
-    from qnn_ci.boards.config import BoardConfig
-
     if not isinstance(board, BoardConfig):
         raise TypeError(f"board {name}: expected a BoardConfig, got {type(board).__name__}")
     return board

@@ -64,7 +64,7 @@ def _lists(result: StageResult) -> dict[str, str]:
     return {k: result.artefacts[k] for k in LISTS if k in result.artefacts}
 
 
-def publish(ctx: StageContext, entry: Claim, result: StageResult) -> None:
+def publish(entry: Claim, result: StageResult) -> None:
     """Store a passed result's samples and lists under its content key, for the
     exports with the same key to link rather than make again."""
     names = list(result.data["inputs"])

@@ -193,5 +193,5 @@ class CalibrationStage(Stage):
                 ctx.workdir.mkdir(parents=True)     # computed again, and replaced
             result = compute(ctx)
             if result.status == Status.PASSED:
-                publish(ctx, entry, result)
+                publish(entry, result)
             return result

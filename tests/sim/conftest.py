@@ -103,15 +103,18 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "bn": conv_graph(d / "bn.onnx", bn=True), "fp16": fp16_graph(d / "fp16.onnx")}
 
 
+def make_conv_feeds(count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Smooth, structured inputs for the conv graph (ramps with an offset)."""
+    rng = np.random.default_rng(seed)
+    base = np.linspace(-1, 1, 3 * 8 * 8, dtype=np.float32).reshape(1, 3, 8, 8)
+    return [{"x": (base * rng.uniform(0.5, 1.5) + rng.uniform(-0.2, 0.2)).astype(np.float32)}
+            for _ in range(count)]
+
+
 @pytest.fixture
 def conv_feeds() -> Callable[[int, int], list[dict[str, np.ndarray]]]:
-    """Smooth, structured inputs for the conv graph (ramps with an offset)."""
-    def make(count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-        rng = np.random.default_rng(seed)
-        base = np.linspace(-1, 1, 3 * 8 * 8, dtype=np.float32).reshape(1, 3, 8, 8)
-        return [{"x": (base * rng.uniform(0.5, 1.5) + rng.uniform(-0.2, 0.2)).astype(np.float32)}
-                for _ in range(count)]
-    return make
+    """``make_conv_feeds``, as a fixture."""
+    return make_conv_feeds
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,18 @@ from qnn_ci.cores import usable_cores
 from qnn_ci.sim.ep import sim_target
 from qnn_ci.sim.numerics import file_key
 from qnn_ci.sim.parallel import sim_processes, simulate_samples
-from tests.sim.conftest import needs_sim
+from tests.sim.conftest import make_conv_feeds, needs_sim
+
+
+@pytest.fixture(scope="module")
+def conv_ctx(graphs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The conv graph prepared once for SM8550's simulator (read only by the tests)."""
+    from qnn_ci.sim.check import check_htp
+    from qnn_ci.sim.quantize import QuantSettings
+
+    report = check_htp(graphs["conv"], tmp_path_factory.mktemp("conv_npu"),
+                       sim_target("SM8550"), make_conv_feeds(2), QuantSettings())
+    return report.prepare.ctx_model
 
 
 def test_process_count_follows_cores_xdist_workers_and_samples() -> None:
@@ -64,18 +75,15 @@ def test_parallel_simulation_gives_the_serial_numbers(cls_prepared, cls_held_out
 
 @needs_sim
 def test_this_process_and_a_worker_share_the_samples_and_finish(
-        graphs: dict[str, Path], conv_feeds, tmp_path: Path) -> None:
+        conv_ctx: Path, conv_feeds, tmp_path: Path) -> None:
     """Both take samples from one queue (whoever is free first); every sample comes
     back once, in order, with the numbers one session gives, and nobody waits
     forever for a sample the other took (a worker still starting when this process
     has done them all is stopped)."""
-    from qnn_ci.sim.check import check_htp
-    from qnn_ci.sim.quantize import QuantSettings
 
     soc = sim_target("SM8550")
-    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
     feeds = conv_feeds(12, seed=2)
-    ctx_model = report.prepare.ctx_model
+    ctx_model = conv_ctx
     one, _ = simulate_samples(ctx_model, soc, feeds, tmp_path / "one" / "sim_run.log", 1)
     for attempt in range(3):
         both, _ = simulate_samples(ctx_model, soc, feeds,
@@ -87,19 +95,16 @@ def test_this_process_and_a_worker_share_the_samples_and_finish(
 
 
 @needs_sim
-def test_workers_start_when_the_pool_is_made(graphs: dict[str, Path], conv_feeds,
+def test_workers_start_when_the_pool_is_made(conv_ctx: Path, conv_feeds,
                                              tmp_path: Path) -> None:
     """sim_numerics makes the pool before its CPU runs: the worker is already
     starting then, and ``run`` gives the one-session numbers; leaving the block
     stops it."""
-    from qnn_ci.sim.check import check_htp
     from qnn_ci.sim.parallel import SimPool
-    from qnn_ci.sim.quantize import QuantSettings
 
     soc = sim_target("SM8550")
-    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
     feeds = conv_feeds(6, seed=4)
-    ctx_model = report.prepare.ctx_model
+    ctx_model = conv_ctx
     one, _ = simulate_samples(ctx_model, soc, feeds, tmp_path / "one" / "sim_run.log", 1)
     with SimPool(ctx_model, soc, feeds, tmp_path / "pool" / "sim_run.log", 2,
                  share_here=False) as pool:
@@ -130,7 +135,7 @@ Path(out, "outs.pickle").write_bytes(pickle.dumps(outs))
 
 @needs_sim
 def test_a_worker_that_dies_while_starting_neither_hangs_nor_loses_samples(
-        graphs: dict[str, Path], conv_feeds, tmp_path: Path) -> None:
+        conv_ctx: Path, conv_feeds, tmp_path: Path) -> None:
     """More samples than a pipe holds (``spawn`` used to write them all into the
     worker's start-up pipe, and waited for ever when the worker died first): the run
     goes on in this process, logs the dead worker, and gives the one-session numbers."""
@@ -138,13 +143,10 @@ def test_a_worker_that_dies_while_starting_neither_hangs_nor_loses_samples(
     import subprocess
     import sys
 
-    from qnn_ci.sim.check import check_htp
-    from qnn_ci.sim.quantize import QuantSettings
 
     soc = sim_target("SM8550")
-    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
     feeds = conv_feeds(120, seed=5)       # 120 x 768 float32: ~370 KB of samples
-    ctx_model = report.prepare.ctx_model
+    ctx_model = conv_ctx
     one, _ = simulate_samples(ctx_model, soc, feeds, tmp_path / "one" / "sim_run.log", 1)
     (tmp_path / "feeds.pickle").write_bytes(pickle.dumps(feeds))
     (tmp_path / "script.py").write_text(DIES_WHILE_STARTING)
@@ -163,7 +165,7 @@ def test_a_worker_that_dies_while_starting_neither_hangs_nor_loses_samples(
 
 @needs_sim
 @pytest.mark.skipif(usable_cores() < 2, reason="needs two usable cores")
-def test_each_simulator_process_keeps_to_its_own_core(graphs: dict[str, Path], conv_feeds,
+def test_each_simulator_process_keeps_to_its_own_core(conv_ctx: Path, conv_feeds,
                                                       tmp_path: Path,
                                                       caplog: pytest.LogCaptureFixture,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,14 +175,11 @@ def test_each_simulator_process_keeps_to_its_own_core(graphs: dict[str, Path], c
     import os
     import time
 
-    from qnn_ci.sim.check import check_htp
     from qnn_ci.sim.parallel import SimPool
-    from qnn_ci.sim.quantize import QuantSettings
 
     soc = sim_target("SM8550")
-    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
     feeds = conv_feeds(4, seed=6)
-    ctx_model = report.prepare.ctx_model
+    ctx_model = conv_ctx
     one, _ = simulate_samples(ctx_model, soc, feeds, tmp_path / "one" / "sim_run.log", 1)
     mine = os.sched_getaffinity(0)
     cores = sorted(mine)
@@ -232,7 +231,7 @@ if __name__ == "__main__":
 @needs_sim
 @pytest.mark.skipif(usable_cores() < 2, reason="needs two usable cores")
 def test_threads_started_while_simulating_get_the_process_cores_back(
-        graphs: dict[str, Path], conv_feeds, tmp_path: Path) -> None:
+        conv_ctx: Path, conv_feeds, tmp_path: Path) -> None:
     """onnxruntime and the QNN libraries keep some threads for the process's life,
     started with the first session: made while this thread kept to one core, they
     get the process's cores back too."""
@@ -240,15 +239,11 @@ def test_threads_started_while_simulating_get_the_process_cores_back(
     import subprocess
     import sys
 
-    from qnn_ci.sim.check import check_htp
-    from qnn_ci.sim.quantize import QuantSettings
 
-    soc = sim_target("SM8550")
-    report = check_htp(graphs["conv"], tmp_path / "npu", soc, conv_feeds(2), QuantSettings())
     (tmp_path / "feeds.pickle").write_bytes(pickle.dumps(conv_feeds(4, seed=7)))
     (tmp_path / "script.py").write_text(FIRST_SESSION_PINNED)
     done = subprocess.run([sys.executable, str(tmp_path / "script.py"),
-                           str(report.prepare.ctx_model), str(tmp_path / "feeds.pickle"),
+                           str(conv_ctx), str(tmp_path / "feeds.pickle"),
                            str(tmp_path / "out")], capture_output=True, text=True,
                           timeout=180, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
