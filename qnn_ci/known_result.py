@@ -14,13 +14,17 @@ captured log belong to the normal path), skip/xfail marks on the item, a plugin 
 conftest outside pytest's own that hooks into item set-up, call or teardown,
 ``--setup-only`` / ``--setup-plan``, and whenever pytest's set-up stack would need
 tearing down (the last item; a move to another folder or file). A conftest's or
-plugin's ``makereport`` still sees all three phases.
+plugin's ``makereport`` still sees every phase pytest's protocol would show it: set-up,
+call and teardown for a pass; set-up and teardown for a skip known without running
+(``StageItem.setup`` reports it at set-up, as pytest reports a skip mark).
 
 ``run_loop`` goes one step further when only pytest's own plugins take part in an
 item's protocol: it reports known items straight from the session's test loop,
 without the protocol's per-item wrappers (warning capture, assertion hooks, fault
 handler), which guard code that a known item never runs. Any other plugin's loop
 (pytest-xdist's) or protocol hook (rerun, timeout plugins) keeps pytest's own loop.
+While it reports known items, what existed before is frozen for the garbage
+collector (``qnn_ci.heap.Frozen``); it is thawed before any item runs the protocol.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from qnn_ci.heap import Frozen
+
 if TYPE_CHECKING:
     from qnn_ci.plugin import StageItem
     from qnn_ci.results import StageResult
@@ -41,6 +47,8 @@ if TYPE_CHECKING:
 _NEUTRAL = ("_pytest.", "qnn_ci.", "_hypothesis_pytestplugin", "xdist.", "pytest_cov")
 _PHASE_HOOKS = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown")
 _MARKS = ("skip", "skipif", "xfail")
+# The phases reported, by the phase the result shows in (a known skip: at set-up).
+_PHASES = {"call": ("setup", "call", "teardown"), "setup": ("setup", "teardown")}
 _NEUTRAL_FOR = pytest.StashKey[dict[str, "str | None"]]()   # item's file -> _plain's answer
 _ALL_NEUTRAL, _PHASES_NEUTRAL = "all", "phases"
 
@@ -55,15 +63,21 @@ def run_loop(session: pytest.Session, is_stage: Callable[[pytest.Item], bool]) -
     if session.testsfailed or config.option.collectonly or not _own_loop(config):
         return None
     items = session.items
-    for i, item in enumerate(items):
-        nextitem = items[i + 1] if i + 1 < len(items) else None
-        if not (is_stage(item) and report_known(item, nextitem)):  # type: ignore[arg-type]
-            item.stash[_TRIED] = True
-            item.ihook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-        if session.shouldfail:
-            raise session.Failed(session.shouldfail)
-        if session.shouldstop:
-            raise session.Interrupted(session.shouldstop)
+    heap = Frozen()     # while known items are reported (qnn_ci.heap)
+    try:
+        for i, item in enumerate(items):
+            nextitem = items[i + 1] if i + 1 < len(items) else None
+            heap.freeze()
+            if not (is_stage(item) and report_known(item, nextitem)):  # type: ignore[arg-type]
+                heap.thaw()     # test code sees every object collectable
+                item.stash[_TRIED] = True
+                item.ihook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+            if session.shouldfail:
+                raise session.Failed(session.shouldfail)
+            if session.shouldstop:
+                raise session.Interrupted(session.shouldstop)
+    finally:
+        heap.thaw()
     return True
 
 
@@ -98,24 +112,31 @@ def report_known(item: StageItem, nextitem: pytest.Item | None) -> bool | None:
             ihook.pytest_runtest_logreport(report=report)
     else:               # a conftest's or plugin's makereport sees every phase
         reraise = (pytest.exit.Exception, KeyboardInterrupt)
-        for when, func in (("setup", _nothing), ("call", item.runtest),
-                           ("teardown", _nothing)):
+
+        def phase(when: str, func: Callable[[], None]) -> pytest.TestReport:
             call = pytest.CallInfo.from_call(func, when=when,  # type: ignore[arg-type]
                                              reraise=reraise)
-            ihook.pytest_runtest_logreport(
-                report=ihook.pytest_runtest_makereport(item=item, call=call))
+            report: pytest.TestReport = ihook.pytest_runtest_makereport(item=item, call=call)
+            ihook.pytest_runtest_logreport(report=report)
+            return report
+
+        if phase("setup", item.setup).passed:   # a known skip shows at set-up
+            phase("call", item.runtest)
+        phase("teardown", _nothing)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
 
 
 def _reports(item: StageItem, result: StageResult) -> Iterator[pytest.TestReport]:
-    """The setup, call and teardown reports pytest's own ``makereport`` builds for
-    this item and result, without raising and catching a skip to get there."""
+    """The reports pytest's own protocol and ``makereport`` build for this item and
+    result -- setup, call and teardown for a pass; setup (skipped) and teardown for a
+    skip (``StageItem.setup``) -- without raising and catching a skip to get there."""
     nodeid = getattr(item, "id", item.nodeid)   # pytest >= 9: the parsed node id
     keywords = dict.fromkeys(item.keywords, 1)
-    for when in ("setup", "call", "teardown"):
+    shown = "setup" if result.status.value == "skipped" else "call"
+    for when in _PHASES[shown]:
         start, began = time.time(), time.perf_counter()
-        outcome, longrepr = item.known_call(result) if when == "call" else ("passed", None)
+        outcome, longrepr = item.known_outcome(result) if when == shown else ("passed", None)
         sections = [(f"Captured {key} {rwhen}", content)
                     for rwhen, key, content in item._report_sections]
         yield pytest.TestReport(nodeid, item.location, dict(keywords), outcome, longrepr,

@@ -74,6 +74,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("qnn_export", "only these exports", type="linelist", default=[])
     parser.addini("qnn_changed_since", "only exports changed since this git revision",
                   default="")
+    parser.addini("qnn_fast_exit", "after a session with qnn-ci items, collect garbage "
+                  "once at exit and let the process end without tearing the heap down "
+                  "(qnn_ci/heap.py)", type="bool", default=True)
 
 
 def _option(config: pytest.Config, name: str) -> Any:
@@ -271,14 +274,17 @@ class ExportCollector(pytest.Collector):
         self.deselected_why = ""
 
     def collect(self) -> Iterator[pytest.Item]:
+        # `qnn` marks the export (its items inherit it, for -m and -k alike); the SDK,
+        # board and simulator markers mark the items that need them
+        self.add_marker("qnn")
         marks: dict[str, pytest.MarkDecorator] = {}   # one per marker name, not per item
         for stage in self.pipeline.plan(self.export):
             item = StageItem.from_parent(self, name=stage.name, export=self.export,
                                          pipeline=self.pipeline)
-            for name in filter(None, ("qnn", stage.marker)):
-                if name not in marks:
-                    marks[name] = getattr(pytest.mark, name)
-                item.add_marker(marks[name])
+            if stage.marker:
+                if stage.marker not in marks:
+                    marks[stage.marker] = getattr(pytest.mark, stage.marker)
+                item.add_marker(marks[stage.marker])
             yield item
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
@@ -295,6 +301,17 @@ class StageItem(pytest.Item):
         self.export = export
         self.pipeline = pipeline
 
+    def setup(self) -> None:
+        """A skip known without running anything (the stage is not available here, an
+        upstream stage blocks it, the cache holds a skip) is reported at set-up, as
+        pytest reports a skip mark: the stage never runs, so there is no call phase."""
+        from qnn_ci.results import Status
+
+        result = self.pipeline.lookup(self.export.name, self.name)
+        if result is not None and result.status == Status.SKIPPED:
+            self._record(result)
+            raise pytest.skip.Exception(result.summary, _use_item_location=True)
+
     def runtest(self) -> None:
         from qnn_ci.results import Status
 
@@ -306,9 +323,9 @@ class StageItem(pytest.Item):
         if result.status in (Status.FAILED, Status.ERROR):
             raise QnnFailure(result.failure_text() or result.summary)
 
-    def known_call(self, result: StageResult) -> tuple[str, tuple[str, int, str] | None]:
-        """The call phase's (outcome, longrepr) for a passed or skipped ``result``, as
-        pytest's ``makereport`` builds them from ``runtest`` -- without raising."""
+    def known_outcome(self, result: StageResult) -> tuple[str, tuple[str, int, str] | None]:
+        """The (outcome, longrepr) pytest's ``makereport`` builds for a passed result
+        (from ``runtest``) or a skipped one (from ``setup``) -- without raising."""
         from qnn_ci.results import Status
 
         self._record(result)
@@ -421,7 +438,8 @@ class _Reporter:
         self.started = time.time()      # the JUnit report's qnn.date
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "call":
+        # a stage's result shows in its call phase, or at set-up when a skip was known
+        if report.when != "call" and not (report.when == "setup" and report.skipped):
             return
         props = dict(report.user_properties)
         if "qnn.stage" not in props:
@@ -474,6 +492,10 @@ class _Reporter:
         --junitxml and qnn-ci items, the report gets the run's date and commit."""
         if hasattr(self.config, "workerinput"):
             return
+        if self.rows and self.config.getini("qnn_fast_exit"):
+            from qnn_ci.heap import freeze_at_exit
+
+            freeze_at_exit()
         if self.rows and getattr(self.config.option, "xmlpath", None):
             from qnn_ci.report.junit import add_to_pytest_junit, run_date
 

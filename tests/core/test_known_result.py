@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.graphs import scale_model
-from tests.core.test_plugin import GEN
+from tests.core.pytester_project import qnn_project
 
 pytest_plugins = ["pytester"]
 
@@ -72,15 +71,9 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
-    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     monkeypatch.setenv("SETUP_LOG", str(pytester.path / "setup.json"))
-    monkeypatch.setenv("GEN_LOG", str(pytester.path / "gen.log"))
     monkeypatch.setenv("REPORT_LOG", str(pytester.path / "reports.json"))
-    scale_model(pytester.path / "m.onnx", dims=["N", 4])
-    (pytester.path / "gens.py").write_text(GEN)
-    (pytester.path / "qnn-ci.yaml").write_text(textwrap.dedent(MANIFEST).lstrip())
-    return pytester
+    return qnn_project(pytester, monkeypatch, MANIFEST)
 
 
 def _cases(path: Path) -> dict[str, tuple[str, str, list[tuple[str, str]]]]:
@@ -125,7 +118,16 @@ def test_cached_rerun_same_reports_without_item_setup(project: pytest.Pytester) 
     assert len(_set_up(project)) == 36   # a conftest's phase hook: pytest's own protocol
     # the same reports, phase by phase: outcome, location, skip line, keywords, properties
     slow_reports = json.loads((project.path / "reports.json").read_text())
-    assert len(fast_reports) == len(slow_reports) == 36 * 3
+    # a pass or failure: set-up, call, teardown; a skip known without running: the
+    # skip at set-up (as a skip mark's), then teardown -- on either path
+    assert len(fast_reports) == len(slow_reports) == 6 * 3 + 30 * 2
+    phases: dict[str, list[tuple[str, str]]] = {}
+    for nodeid, when, outcome, *_ in slow_reports:
+        phases.setdefault(nodeid, []).append((when, outcome))
+    assert sorted(map(tuple, phases.values())) == sorted(
+        [(("setup", "passed"), ("call", "passed"), ("teardown", "passed"))] * 5
+        + [(("setup", "passed"), ("call", "failed"), ("teardown", "passed"))]
+        + [(("setup", "skipped"), ("teardown", "passed"))] * 30)
     for fast_one, slow_one in zip(fast_reports, slow_reports, strict=True):
         if fast_one[2] != "failed":   # a failure's traceback names the path it took
             assert fast_one == slow_one
@@ -184,8 +186,10 @@ def test_marks_and_a_makereport_wrapper_still_apply(project: pytest.Pytester) ->
     for nodeid, when in phases:
         per_item.setdefault(nodeid, []).append(when)
     assert len(per_item) == 36
-    assert all(w == ["setup", "call", "teardown"] for n, w in per_item.items()
-               if n != "qnn-ci.yaml::b::static_shapes")
+    # a known skip is reported at set-up (no call phase), as the skip mark's is
+    assert per_item.pop("qnn-ci.yaml::b::static_shapes") == ["setup", "teardown"]
+    assert sorted(map(tuple, per_item.values())) == sorted(
+        [("setup", "call", "teardown")] * 5 + [("setup", "teardown")] * 30)
 
 
 def test_the_loop_reports_known_items_unless_other_plugins_take_part(

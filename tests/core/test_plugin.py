@@ -4,30 +4,15 @@ and exactly-once stage work under pytest-xdist."""
 
 from __future__ import annotations
 
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from tests.core.graphs import scale_model
+from tests.core.pytester_project import qnn_project
 
 pytest_plugins = ["pytester"]
-
-GEN = '''
-import os
-import numpy as np
-
-def floats(count):
-    with open(os.environ["GEN_LOG"], "a") as fh:
-        fh.write("called\\n")
-    rng = np.random.default_rng(3)
-    for _ in range(count):
-        yield {"x": rng.normal(size=(1, 4)).astype(np.float32)}
-
-def doubles(count):
-    yield {"x": np.zeros((1, 4), np.float64)}
-'''
 
 MANIFEST = """
 exports:
@@ -49,13 +34,7 @@ exports:
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
-    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
-    monkeypatch.setenv("GEN_LOG", str(pytester.path / "gen.log"))
-    scale_model(pytester.path / "m.onnx", dims=["N", 4])
-    (pytester.path / "gens.py").write_text(GEN)
-    (pytester.path / "qnn-ci.yaml").write_text(textwrap.dedent(MANIFEST).lstrip())
-    return pytester
+    return qnn_project(pytester, monkeypatch, MANIFEST)
 
 
 def test_items_node_ids_and_markers(project: pytest.Pytester) -> None:
@@ -67,6 +46,9 @@ def test_items_node_ids_and_markers(project: pytest.Pytester) -> None:
     order = ["static_shapes", "calibration", "sim_npu", "sim_numerics", "dry_run", "convert",
              "contract", "fp16_gate", "model_lib", "so_load", "htp_vs_cpu", "regression"]
     assert [s for s in order if s in stages] == stages  # pipeline order
+    res = project.runpytest("--collect-only", "-q", "-m", "qnn")   # every stage item
+    assert [ln for ln in res.outlines if ln.startswith("qnn-ci.yaml::a::")] == \
+        [i for i in ids if i.startswith("qnn-ci.yaml::a::")]
     res = project.runpytest("--collect-only", "-q", "-m", "qnn and not qnn_sdk and not qnn_board")
     kept = {line.split("::")[2] for line in res.outlines if line.startswith("qnn-ci.yaml::a::")}
     assert {"static_shapes", "calibration"} <= kept

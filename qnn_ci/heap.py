@@ -1,0 +1,60 @@
+"""Python's cyclic garbage collector around qnn-ci's bulk work in a pytest process.
+
+A pytest run over many cached exports makes tens of thousands of long-lived objects
+(nodes, reports, results) and little garbage, and CPython's collector walks all of
+them again and again: a full collection while the items are reported, and at
+interpreter exit the modules are torn down cycle by cycle (for 1,200 items that
+shutdown costs more than reporting them). Two measures, both only in a session
+that collected qnn-ci items:
+
+- ``Frozen``: while known items are reported (``qnn_ci.known_result.run_loop``),
+  what existed before is frozen (``gc.freeze``), so a collection walks only what the
+  reports make. It is thawed before any item runs pytest's own protocol: test code
+  always sees every object collectable.
+- ``freeze_at_exit``: at interpreter exit (an ``atexit`` handler, so never for a
+  pytest run inside a longer-lived process such as ``pytester``'s inline runs), the
+  garbage there is collected once -- its finalizers run, nothing buffered is lost --
+  and what is still alive is frozen: CPython's shutdown then frees modules without
+  walking them, and the operating system reclaims the rest, as CPython allows
+  (``__del__`` is not guaranteed for objects alive at exit). ``qnn_fast_exit =
+  false`` in the pytest ini turns this off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+
+_registered = False
+
+
+class Frozen:
+    """``freeze()`` what exists now (a no-op when the collector is off or something
+    else froze objects), ``thaw()`` it back; both cheap (list splices)."""
+
+    def __init__(self) -> None:
+        self.usable = gc.isenabled() and gc.get_freeze_count() == 0
+        self.frozen = False
+
+    def freeze(self) -> None:
+        if self.usable and not self.frozen:
+            gc.freeze()
+            self.frozen = True
+
+    def thaw(self) -> None:
+        if self.frozen:
+            gc.unfreeze()
+            self.frozen = False
+
+
+def freeze_at_exit() -> None:
+    """Once per process: at exit, collect the garbage, then freeze what is alive."""
+    global _registered
+    if not _registered:
+        _registered = True
+        atexit.register(_collect_then_freeze)
+
+
+def _collect_then_freeze() -> None:
+    gc.collect()
+    gc.freeze()

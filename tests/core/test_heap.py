@@ -1,0 +1,131 @@
+"""The garbage collector around a qnn-ci pytest session (``qnn_ci.heap``): what lived
+before is frozen while known items are reported and thawed before test code runs;
+at exit the garbage is collected (its finalizers run) before the rest is frozen --
+only in sessions with qnn-ci items, and never for a pytest run inside a longer
+process."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from tests.core.pytester_project import qnn_project
+
+pytest_plugins = ["pytester"]
+
+MANIFEST = """
+exports:
+  - name: a
+    model: m.onnx
+    inputs: {x: {shape: [1, 4]}}
+    calibration: {generator: "gens:floats", samples: 2, held_out: 0}
+"""
+# A conftest that sees what the collector looks like: while each report is logged,
+# and at the very end of the process (an atexit handler registered before qnn-ci's,
+# so it runs after it). Late garbage: a cycle whose finalizer writes a file, made by
+# an atexit handler that runs before qnn-ci's.
+CONFTEST = '''
+import atexit, gc, json, os
+
+FROZEN_AT_REPORT = {}
+
+def _last():
+    with open("exit.json", "w") as fh:
+        json.dump({"frozen": gc.get_freeze_count() > 0}, fh)
+
+atexit.register(_last)
+
+class Holder:
+    def __del__(self):
+        with open("late.txt", "w") as fh:
+            fh.write("kept")
+
+def _late_garbage():
+    h = Holder()
+    h.me = h
+    del h
+
+def pytest_runtest_logreport(report):
+    FROZEN_AT_REPORT.setdefault(report.nodeid, gc.get_freeze_count() > 0)
+
+def pytest_unconfigure(config):
+    atexit.register(_late_garbage)
+    with open("reports.json", "w") as fh:
+        json.dump(FROZEN_AT_REPORT, fh)
+'''
+# Runs after the manifest's items: its module-level cycle, made at collection, must be
+# collectable inside the test, and nothing may be frozen while it runs.
+AFTER = '''
+import gc, weakref
+
+class Node:
+    pass
+
+CYCLE = Node()
+CYCLE.me = CYCLE
+REF = weakref.ref(CYCLE)
+
+def test_sees_every_object_collectable():
+    global CYCLE
+    assert gc.get_freeze_count() == 0
+    CYCLE = None
+    gc.collect()
+    assert REF() is None
+'''
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    qnn_project(pytester, monkeypatch, MANIFEST)
+    (pytester.path / "conftest.py").write_text(CONFTEST)
+    (pytester.path / "z_after_test.py").write_text(AFTER)
+    return pytester
+
+
+def _read(project: pytest.Pytester, name: str) -> dict[str, bool]:
+    import json
+
+    return dict(json.loads((project.path / name).read_text()))
+
+
+def test_known_items_reported_frozen_test_code_thawed_and_exit_loses_nothing(
+        project: pytest.Pytester) -> None:
+    project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(
+        passed=3, skipped=10)                  # first run: the stages run
+    assert _read(project, "exit.json") == {"frozen": True}
+    assert (project.path / "late.txt").read_text() == "kept"   # collected: finalized
+    (project.path / "late.txt").unlink()
+
+    project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(
+        passed=3, skipped=10)                  # cached: the items are known
+    frozen = _read(project, "reports.json")
+    stage_items = [n for n in frozen if n.startswith("qnn-ci.yaml::")]
+    assert len(stage_items) == 12
+    # known items are reported frozen; the Python test after them runs thawed
+    assert all(frozen[n] for n in stage_items)
+    assert frozen["z_after_test.py::test_sees_every_object_collectable"] is False
+    assert _read(project, "exit.json") == {"frozen": True}
+    assert (project.path / "late.txt").read_text() == "kept"
+
+
+def test_exit_is_left_alone_when_turned_off_or_without_qnn_items(
+        project: pytest.Pytester) -> None:
+    (project.path / "pytest.ini").write_text("[pytest]\nqnn_fast_exit = false\n")
+    project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(
+        passed=3, skipped=10)
+    assert _read(project, "exit.json") == {"frozen": False}
+    assert (project.path / "late.txt").read_text() == "kept"
+
+    (project.path / "pytest.ini").unlink()
+    project.runpytest_subprocess("-p", "no:cacheprovider", "z_after_test.py").assert_outcomes(
+        passed=1)                              # no qnn-ci item: nothing changed
+    assert _read(project, "exit.json") == {"frozen": False}
+
+
+def test_an_inline_run_leaves_this_process_unfrozen(project: pytest.Pytester) -> None:
+    for name in ("conftest.py", "z_after_test.py"):   # their atexit hooks: not in here
+        (project.path / name).unlink()
+    for _ in range(2):                                  # then cached: known items
+        project.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2, skipped=10)
+        assert gc.get_freeze_count() == 0
