@@ -336,7 +336,7 @@ class StageItem(pytest.Item):
 
     def _record(self, r: StageResult) -> None:
         from qnn_ci.internal_error import crash_log
-        from qnn_ci.report.junit import property_value
+        from qnn_ci.report.property_text import property_value
         from qnn_ci.report.warning_lines import warning_properties, warning_texts
         from qnn_ci.results import Severity
 
@@ -386,7 +386,7 @@ class StageItem(pytest.Item):
         return relpaths[self.path], line, name
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=8192)   # a few distinct reasons per export
 def _skip_message(reason: str) -> str:
     """The line pytest reports for ``pytest.skip(reason)``: the exception's own line
     (``Skipped: <reason>``), as ``ExceptionInfo.exconly`` formats it."""

@@ -22,7 +22,6 @@ as ``qnn.original_duration_s`` (``qnn_ci.pipeline`` sets both).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import time
@@ -32,6 +31,7 @@ from typing import Any
 from qnn_ci.errors import UserError
 from qnn_ci.internal_error import TESTCASE, crash_log, describe
 from qnn_ci.report.junit_case import TestCase
+from qnn_ci.report.property_text import property_value
 from qnn_ci.results import StageResult, Status
 
 _ATTR_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;",
@@ -50,15 +50,6 @@ def quoteattr(value: str) -> str:
 
 
 _MARKUP = re.compile(r'[&<>"]')
-
-
-def property_value(value: Any) -> str:
-    """A property's text: numbers as numbers, structures as JSON."""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, dict | list):
-        return json.dumps(value, default=str, sort_keys=True)
-    return str(value)
 
 
 # Characters XML 1.0 cannot hold or junit-xml drops (control characters from tool

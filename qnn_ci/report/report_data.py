@@ -176,7 +176,7 @@ def _load_result(path: Path, workdir: Path) -> dict[str, Any]:
 
 
 def _entry_from_result(raw: dict[str, Any], export: str, stage: str) -> StageEntry:
-    from qnn_ci.report.junit import property_value
+    from qnn_ci.report.property_text import property_value
 
     props = raw.get("properties")
     props = {_text(k): property_value(v) for k, v in props.items()} \
