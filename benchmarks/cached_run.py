@@ -22,8 +22,13 @@ Next to them, the machine's speed at the time: the interpreter's own start-up
 
 Per export is the whole run's time / N (start-up included, as the issue measured
 it); the marginal cost ((run of N - run of 1) / (N - 1), from paired runs) is
-printed next to it. SDK and board stages skip (no SDK, no board), the simulator
-stages skip (no target.soc): the cached stages are static_shapes and calibration.
+printed next to it. Each goal line takes the median of every run of its command in
+this script (the N-export pytest run is timed in three pairings: with 1 export,
+with bare pytest, with the dev venv's plugins -- 3 x repeat runs; the one-export CLI
+run in two), not of one pairing's runs only: on a shared machine whose speed swings
+from run to run, more runs of the same command give a steadier median. SDK and
+board stages skip (no SDK, no board), the simulator stages skip (no target.soc): the
+cached stages are static_shapes and calibration.
 
     python benchmarks/cached_run.py [--exports 100] [--repeat 5]
 """
@@ -39,6 +44,7 @@ from pathlib import Path
 
 from _harness import (
     NOISE_NOTE,
+    Samples,
     clean_env,
     goal_line,
     paired,
@@ -86,7 +92,6 @@ def main() -> None:
     print(f"pytest, 1 export vs {n} exports (paired, whole processes):")
     print(p.describe("1 export", f"{n} exports"))
     cli_per = 1000 * c.b.median / n
-    py_per = 1000 * p.b.median / n
     cli_marginal = 1000 * (c.b.median - c.a.median) / (n - 1)
     py_marginal = 1000 * (p.b.median - p.a.median) / (n - 1)
     print(f"marginal cost per export: CLI {cli_marginal:.1f} ms, pytest {py_marginal:.1f} ms "
@@ -107,8 +112,14 @@ def main() -> None:
     print(f"yardstick: `python -c pass` here and now {1000 * y.b.median:.0f} ms "
           f"(one cached export in the same pairs {1000 * y.a.median:.0f} ms: qnn-ci's own "
           f"{1000 * (y.a.median - y.b.median):.0f} ms)")
-    print(goal_line("qnn-ci run, one cached export (median wall)", c.a.median, "<= 0.25 s",
-                    c.a.median <= 0.25, unit=" s"))
+    # The goal lines: every run of the command in this script (see the docstring).
+    one = Samples(c.a.values + y.a.values)
+    py_all = Samples(p.b.values + f.a.values + d.a.values)
+    print(f"every run of one cached export (qnn-ci run): {one.describe()}")
+    print(f"every run of pytest on {n} cached exports: {py_all.describe()}")
+    py_per = 1000 * py_all.median / n
+    print(goal_line("qnn-ci run, one cached export (median wall)", one.median, "<= 0.25 s",
+                    one.median <= 0.25, unit=" s"))
     print(goal_line(f"qnn-ci run, {n} cached exports, per export (median wall / {n})",
                     cli_per, "<= 5 ms", cli_per <= 5, unit=" ms"))
     print(goal_line(f"pytest, {n} cached exports, per export (median wall / {n})", py_per,
