@@ -1,11 +1,12 @@
-"""Python's cyclic garbage collector around qnn-ci's bulk work in a pytest process.
+"""Python's cyclic garbage collector around qnn-ci's bulk work.
 
 A pytest run over many cached exports makes tens of thousands of long-lived objects
 (nodes, reports, results) and little garbage, and CPython's collector walks all of
 them again and again: a full collection while the items are reported, and at
 interpreter exit the modules are torn down cycle by cycle (for 1,200 items that
-shutdown costs more than reporting them). Two measures, both only in a session
-that collected qnn-ci items:
+shutdown costs more than reporting them). Two measures, in a pytest session only
+when it collected qnn-ci items (the ``qnn-ci`` command takes the second one always:
+the process is its own):
 
 - ``Frozen``: while known items are reported (``qnn_ci.known_result.run_loop``),
   what existed before is frozen (``gc.freeze``), so a collection walks only what the

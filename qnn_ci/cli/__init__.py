@@ -30,6 +30,7 @@ from pathlib import Path
 
 from qnn_ci import __version__, interrupts
 from qnn_ci.errors import UserError
+from qnn_ci.heap import freeze_at_exit
 from qnn_ci.internal_error import EXIT_INTERNAL, InternalError, oneline, write_log
 
 # command -> (module, one-line help)
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    freeze_at_exit()    # the process ends without tearing its heap down (qnn_ci.heap)
     with interrupts.stop_on_signals():
         try:
             try:

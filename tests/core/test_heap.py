@@ -7,6 +7,10 @@ process."""
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,8 +88,6 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 
 
 def _read(project: pytest.Pytester, name: str) -> dict[str, bool]:
-    import json
-
     return dict(json.loads((project.path / name).read_text()))
 
 
@@ -129,3 +131,19 @@ def test_an_inline_run_leaves_this_process_unfrozen(project: pytest.Pytester) ->
     for _ in range(2):                                  # then cached: known items
         project.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2, skipped=10)
         assert gc.get_freeze_count() == 0
+
+
+def test_the_command_collects_then_freezes_at_exit(tmp_path: Path) -> None:
+    """`qnn-ci` owns its process: at exit its garbage is collected (a finalizer made
+    after the command ran still runs), then the heap is frozen."""
+    script = tmp_path / "run.py"
+    script.write_text(CONFTEST.replace("def pytest_runtest_logreport", "def _unused") + (
+        "\nimport sys\nfrom qnn_ci.cli import main\n"
+        "code = main(['schema'])\n"
+        "atexit.register(_late_garbage)   # runs before qnn-ci's exit handler\n"
+        "sys.exit(code)\n"))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "exit.json").read_text()) == {"frozen": True}
+    assert (tmp_path / "late.txt").read_text() == "kept"
