@@ -30,15 +30,15 @@ _registered = False
 
 
 class Frozen:
-    """``freeze()`` what exists now (a no-op when the collector is off or something
-    else froze objects), ``thaw()`` it back; both cheap (list splices)."""
+    """``freeze()`` what exists now, ``thaw()`` it back; both cheap (list splices).
+    Freezing is a no-op while the collector is off or other code (a test) holds
+    objects frozen: those are never thawed here."""
 
     def __init__(self) -> None:
-        self.usable = gc.isenabled() and gc.get_freeze_count() == 0
         self.frozen = False
 
     def freeze(self) -> None:
-        if self.usable and not self.frozen:
+        if not self.frozen and gc.isenabled() and gc.get_freeze_count() == 0:
             gc.freeze()
             self.frozen = True
 

@@ -125,6 +125,19 @@ def test_exit_is_left_alone_when_turned_off_or_without_qnn_items(
     assert _read(project, "exit.json") == {"frozen": False}
 
 
+def test_objects_a_test_froze_stay_frozen(project: pytest.Pytester) -> None:
+    """A test that freezes objects itself keeps them frozen through the known items
+    after it: qnn-ci never thaws what it did not freeze."""
+    (project.path / "z_after_test.py").unlink()
+    (project.path / "a_freeze_test.py").write_text(
+        "import gc\n\n\ndef test_freezes():\n    gc.freeze()\n")
+    (project.path / "z_check_test.py").write_text(
+        "import gc\n\n\ndef test_still_frozen():\n    assert gc.get_freeze_count() > 0\n")
+    for _ in range(2):                                  # then cached: known items
+        project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(
+            passed=4, skipped=10)
+
+
 def test_an_inline_run_leaves_this_process_unfrozen(project: pytest.Pytester) -> None:
     for name in ("conftest.py", "z_after_test.py"):   # their atexit hooks: not in here
         (project.path / name).unlink()
