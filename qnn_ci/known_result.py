@@ -133,7 +133,9 @@ def _reports(item: StageItem, result: StageResult) -> Iterator[pytest.TestReport
     skip (``StageItem.setup``) -- without raising and catching a skip to get there."""
     nodeid = getattr(item, "id", item.nodeid)   # pytest >= 9: the parsed node id
     keywords = dict.fromkeys(item.keywords, 1)
-    shown = "setup" if result.status.value == "skipped" else "call"
+    from qnn_ci.results import Status
+
+    shown = "setup" if result.status == Status.SKIPPED else "call"
     for when in _PHASES[shown]:
         start, began = time.time(), time.perf_counter()
         outcome, longrepr = item.known_outcome(result) if when == shown else ("passed", None)

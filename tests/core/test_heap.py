@@ -25,14 +25,12 @@ exports:
     inputs: {x: {shape: [1, 4]}}
     calibration: {generator: "gens:floats", samples: 2, held_out: 0}
 """
-# A conftest that sees what the collector looks like: while each report is logged,
-# and at the very end of the process (an atexit handler registered before qnn-ci's,
-# so it runs after it). Late garbage: a cycle whose finalizer writes a file, made by
-# an atexit handler that runs before qnn-ci's.
-CONFTEST = '''
+# What the collector looks like at the very end of the process (an atexit handler
+# registered before qnn-ci's, so it runs after it), and late garbage: a cycle whose
+# finalizer writes a file, made by ``_late_garbage`` (registered to run before
+# qnn-ci's handler).
+EXIT_WATCH = '''
 import atexit, gc, json, os
-
-FROZEN_AT_REPORT = {}
 
 def _last():
     with open("exit.json", "w") as fh:
@@ -49,6 +47,10 @@ def _late_garbage():
     h = Holder()
     h.me = h
     del h
+'''
+# The conftest: the exit watch, and whether each report is logged frozen.
+CONFTEST = EXIT_WATCH + '''
+FROZEN_AT_REPORT = {}
 
 def pytest_runtest_logreport(report):
     FROZEN_AT_REPORT.setdefault(report.nodeid, gc.get_freeze_count() > 0)
@@ -150,7 +152,7 @@ def test_the_command_collects_then_freezes_at_exit(tmp_path: Path) -> None:
     """`qnn-ci` owns its process: at exit its garbage is collected (a finalizer made
     after the command ran still runs), then the heap is frozen."""
     script = tmp_path / "run.py"
-    script.write_text(CONFTEST.replace("def pytest_runtest_logreport", "def _unused") + (
+    script.write_text(EXIT_WATCH + (
         "\nimport sys\nfrom qnn_ci.cli import main\n"
         "code = main(['schema'])\n"
         "atexit.register(_late_garbage)   # runs before qnn-ci's exit handler\n"
