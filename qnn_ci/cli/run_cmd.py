@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             except UserError as exc:
                 row = _manifest_error_row(p, exc)
                 if writer:
-                    writer.add(_testcase(p, row.export, row.line, row.result))
+                    writer.add_result(p, row.export, row.line, row.result)
                 _github([row])
                 raise
             progress.opened.append(o)
@@ -202,13 +202,14 @@ def _stopped(progress: Progress, args: argparse.Namespace, writer: JUnitWriter |
     rows = progress.rows + not_run(progress, set(args.stage) or None, why)
     line = oneline("qnn-ci run", crash[0], crash[1]) if crash else None
     if writer:
-        writer.cases = [_testcase(r.manifest, r.export, r.line, r.result) for r in rows]
+        cases = [_testcase(r.manifest, r.export, r.line, r.result) for r in rows]
         if crash:
             from qnn_ci.report.junit import internal_error_case
 
-            writer.cases.append(internal_error_case(*crash))
+            writer.replace([*cases, internal_error_case(*crash)])
             writer.write(internal_error=str(crash[1] or line))
         else:
+            writer.replace(cases)
             writer.write(interrupted=why)
     _github(rows, interrupted=None if crash else why, internal_error=line, to_stderr=True)
 
@@ -240,7 +241,7 @@ def _run_all(progress: Progress, args: argparse.Namespace, writer: JUnitWriter |
             progress.rows.append(Row(o.manifest.path, ev.export, export.line, ev.result))
             progress.done.add(key)
             if writer:
-                writer.add(_testcase(o.manifest.path, ev.export, export.line, ev.result))
+                writer.add_result(o.manifest.path, ev.export, export.line, ev.result)
 
         def started(export: str, stage: str, o: Opened = o) -> None:
             progress.running = (o.manifest.path, export, stage)

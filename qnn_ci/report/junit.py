@@ -1,4 +1,5 @@
-"""JUnit XML for `qnn-ci run` (testcases are ``qnn_ci.report.junit_case.TestCase``).
+"""JUnit XML for `qnn-ci run` (testcases are ``qnn_ci.report.junit_case.TestCase``,
+written as text by ``qnn_ci.report.junit_xml``).
 
 Each (export, stage) is a testcase named like the pytest node id; the numbers
 go in as <properties> (valid under the xunit1 / "legacy" family). Each testcase
@@ -25,208 +26,64 @@ import contextlib
 import os
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qnn_ci.errors import UserError
-from qnn_ci.internal_error import TESTCASE, crash_log, describe
-from qnn_ci.report.junit_case import TestCase
-from qnn_ci.report.property_text import property_value
-from qnn_ci.results import StageResult, Status
+from qnn_ci.internal_error import TESTCASE, describe
+from qnn_ci.report.junit_xml import (
+    Line,
+    quoteattr,
+    result_line,
+    result_problem,
+    result_properties,
+    with_log,
+    xml_text,
+)
+from qnn_ci.results import StageResult
 
-_ATTR_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;",
-                                "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"})
-
-
-def quoteattr(value: str) -> str:
-    """``value`` as a double-quoted XML attribute (what ``xml.sax.saxutils.quoteattr``
-    gives, always with double quotes; that module costs ~20 ms of imports), every
-    character XML cannot hold replaced first (``xml_text``)."""
-    if not (value.isascii() and value.isprintable()):   # printable: no line breaks
-        value = xml_text(value)
-    elif _MARKUP.search(value) is None:                  # the common case: as it is
-        return '"' + value + '"'
-    return '"' + value.translate(_ATTR_ESCAPES) + '"'
-
-
-_MARKUP = re.compile(r'[&<>"]')
-
-
-# Characters XML 1.0 cannot hold or junit-xml drops (control characters from tool
-# output, lone surrogates from undecodable file names, non-characters): shown as
-# \xNN / U+FFFD instead, so nothing silently disappears from the report.
-_NOT_XML = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in (
-    (0x00, 0x08), (0x0B, 0x0C), (0x0E, 0x1F), (0x7F, 0x84), (0x86, 0x9F), (0xD800, 0xDFFF),
-    (0xFDD0, 0xFDDF), *((p + 0xFFFE, p + 0xFFFF) for p in range(0, 0x110000, 0x10000)))) + "]")
-
-
-def xml_text(text: str) -> str:
-    """``text`` with every character XML cannot hold replaced."""
-    if text.isascii() and text.isprintable():    # the common case, without the regex
-        return text
-    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                        else "\ufffd", text)
+if TYPE_CHECKING:
+    from qnn_ci.report.junit_case import TestCase
 
 
 def testcase(manifest: Path, export: str, line: int, result: StageResult) -> TestCase:
-    props = {f"qnn.{k}": property_value(v) for k, v in result.properties.items()}
-    if result.artefacts:
-        props |= {f"qnn.artefact.{k}": str(v) for k, v in result.artefacts.items()}
-    if result.cached:
-        props["qnn.cached"] = "true"
+    """The testcase of one (export, stage) result (``result_line`` writes the same text
+    without it)."""
+    from qnn_ci.report.junit_case import TestCase
+
     tc = TestCase(name=f"{export}::{result.stage}", classname=f"{manifest.name}.{export}",
                   elapsed_sec=result.duration_s, file=str(manifest), line=line,
-                  stdout=result.summary or None, properties=props)
-    crashed = crash_log(result)
-    if crashed:   # a bug in qnn-ci, not a failed check: an <error> with the traceback
-        tc.add_error_info(message=result.summary, output=_with_log(result.failure_text(), crashed),
-                          error_type="internal-error")
-    elif result.status == Status.FAILED:
-        tc.add_failure_info(message=result.summary, output=result.failure_text())
-    elif result.status == Status.ERROR:
-        tc.add_error_info(message=result.summary, output=result.failure_text())
-    elif result.status == Status.SKIPPED:
-        tc.add_skipped_info(message=result.summary)
+                  stdout=result.summary or None, properties=result_properties(result))
+    problem = result_problem(result)
+    if problem is None:
+        return tc
+    tag, kind, message, output = problem
+    if tag == "skipped":
+        tc.add_skipped_info(message=message)
+    elif tag == "failure":
+        tc.add_failure_info(message=message, output=output)
+    else:
+        tc.add_error_info(message=message, output=output, error_type=kind)
     return tc
-
-
-def _with_log(text: str, log: str | Path | None, limit: int = 20_000) -> str:
-    """``text`` and the end of the log file at ``log`` (the traceback)."""
-    if not log:
-        return text
-    try:
-        body = Path(log).read_text("utf-8", errors="replace")
-    except (OSError, ValueError) as exc:   # ValueError: a NUL in the path
-        return f"{text}\n(cannot read {log}: {getattr(exc, 'strerror', None) or exc})"
-    if len(body) > limit:
-        body = "…" + body[-limit:]
-    return f"{text}\n\n{log}:\n{body}"
 
 
 def internal_error_case(exc: BaseException, log: Path | None) -> TestCase:
     """The testcase that reports a crash of the run itself (``qnn-ci::internal-error``)."""
     where = f"traceback in {log}" if log else "traceback could not be saved"
     message = f"internal error: {describe(exc)} ({where}; please report it)"
+    from qnn_ci.report.junit_case import TestCase
+
     tc = TestCase(name=TESTCASE, classname="qnn-ci")
-    tc.add_error_info(message=message, output=_with_log(message, log),
+    tc.add_error_info(message=message, output=with_log(message, log),
                       error_type="internal-error")
     return tc
-
-
-class _Serialised:
-    """One testcase as its line of the report (XML text, indented, newline-ended), and
-    what the suite's counters need of it. A plain class: a run makes a thousand."""
-
-    __slots__ = ("case", "elapsed", "kind", "line")
-
-    def __init__(self, case: TestCase) -> None:
-        self.case = case        # kept so the id() this is cached under stays this case's
-        self.line = "    " + case_xml(case) + "\n"
-        self.kind = _kind(case)     # "error" | "failure" | "skipped" | ""
-        self.elapsed = case.elapsed_sec or 0.0
-
-
-# An attribute value, quoted: line breaks and tabs as character references, so they
-# read back as they were (as ElementTree writes them). Names, paths, class names and
-# many values repeat across a run's cases: each is quoted once.
-_QUOTED: dict[str, str] = {}
-
-
-def _attr(value: str) -> str:
-    quoted = _QUOTED.get(value)
-    if quoted is None:
-        quoted = quoteattr(value)
-        if len(_QUOTED) < 50_000 and len(value) < 512:
-            _QUOTED[value] = quoted
-    return quoted
-
-
-def _text(value: str) -> str:
-    return xml_text(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _element(tag: str, attrs: dict[str, str], text: str | None, pad: str) -> str:
-    head = pad + "<" + tag + "".join(f" {k}={_attr(v)}" for k, v in attrs.items())
-    return f"{head}>{_text(text)}</{tag}>" if text else head + " />"
-
-
-# (attribute, XML name) after name and time, in junit-xml's order
-_CASE_ATTRS = (("timestamp", "timestamp"), ("classname", "classname"), ("status", "status"),
-               ("category", "class"), ("file", "file"), ("line", "line"), ("log", "log"),
-               ("url", "url"))
-_INNER = "\n      "
-_PROPERTY = _INNER + "  <property name="
-# A skip's or a summary's element, by its text: a run's skips share a few reasons.
-_CHILDREN: dict[tuple[str, str | None, str | None], str] = {}
-
-
-def case_xml(case: TestCase) -> str:
-    """One ``<testcase>`` as text, indented for its place in the report: the elements
-    and attributes junit-xml writes, plus the case's <properties> first. Every text
-    is made XML-writable on the way out (``xml_text``: the report must always parse)."""
-    d = vars(case)      # read once each, not through attribute lookups: a run has
-    head = "<testcase name=" + _attr(d["name"])     # a thousand of these
-    if d["assertions"]:
-        head += " assertions=" + _attr(f"{d['assertions']:d}")
-    if d["elapsed_sec"] is not None:     # a cached stage's near-zero read included
-        head += f' time="{d["elapsed_sec"]:f}"'
-    for attr, key in _CASE_ATTRS:
-        value = d[attr]
-        if value:
-            head += " " + key + "=" + _attr(value if type(value) is str else str(value))
-    children: list[str] = []
-    props = d["properties"]
-    if props:
-        children.append("<properties>" + "".join(
-            [f"{_PROPERTY}{_attr(k)} value={_attr(v)} />" for k, v in props.items()])
-            + _INNER + "</properties>")
-    for tag, entries in (("failure", d["failures"]), ("error", d["errors"])):
-        for entry in entries:
-            if entry["output"] or entry["message"]:
-                sub = {"type": entry["type"] or tag}
-                if entry["message"]:
-                    sub["message"] = entry["message"]
-                children.append(_element(tag, sub, entry["output"], ""))
-    for skipped in d["skipped"]:
-        children.append(_child("skipped", skipped["message"], skipped["output"]))
-    if d["stdout"]:
-        children.append(_child("system-out", None, d["stdout"]))
-    if d["stderr"]:
-        children.append(_child("system-err", None, d["stderr"]))
-    if not children:
-        return head + " />"
-    return head + ">" + _INNER + _INNER.join(children) + "\n    </testcase>"
-
-
-def _child(tag: str, message: str | None, text: str | None) -> str:
-    """A <skipped> (with its message) or a <system-out>/<system-err> element, made
-    once per text (bounded, as ``_QUOTED``)."""
-    key = (tag, message, text)
-    known = _CHILDREN.get(key)
-    if known is None:
-        attrs = {} if tag != "skipped" else (
-            {"type": "skipped", "message": message} if message else {"type": "skipped"})
-        known = _element(tag, attrs, text, "")
-        if len(_CHILDREN) < 10_000 and len(text or "") + len(message or "") < 2048:
-            _CHILDREN[key] = known
-    return known
-
-
-def _kind(case: TestCase) -> str:
-    if case.errors and case.is_error():
-        return "error"
-    if case.failures and case.is_failure():
-        return "failure"
-    return "skipped" if case.skipped and case.is_skipped() else ""
 
 
 def run_date(at: float | None = None) -> str:
     """Now (or the epoch time ``at``), UTC, ISO 8601 to the second
     (``2026-12-01T02:00:00Z``): ``qnn.date``."""
-    import datetime as dt
-
-    when = dt.datetime.now(dt.UTC) if at is None else dt.datetime.fromtimestamp(at, dt.UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def git_state(folder: Path) -> dict[str, str]:
@@ -289,14 +146,15 @@ def add_to_pytest_junit(config: Any, folder: Path | None, date: str | None = Non
 class JUnitWriter:
     """The report of one run, whole on disk at every moment.
 
-    Each testcase is serialised once (when first written); a write joins the cached
-    texts between a fresh head (the counters) and tail, and replaces the file
-    atomically. ``add`` writes at most every ``interval_s`` seconds (a cached run
-    adds a thousand cases a second; rewriting after each one is quadratic);
-    ``flush`` writes whatever is pending -- call it before a stage that takes a
-    while starts and at the end of the run. ``write`` always writes (also the
-    interrupted / internal-error reports). A run killed outright (SIGKILL) leaves
-    the last written report: whole, at most ``interval_s`` behind.
+    Each testcase is serialised once, when added (``add`` a ``TestCase``, or
+    ``add_result`` a stage's result straight to text); a write joins the texts
+    between a fresh head (the counters) and tail, and replaces the file atomically.
+    Adding writes at most every ``interval_s`` seconds (a cached run adds a thousand
+    cases a second; rewriting after each one is quadratic); ``flush`` writes whatever
+    is pending -- call it before a stage that takes a while starts and at the end of
+    the run. ``write`` always writes (also the interrupted / internal-error reports).
+    A run killed outright (SIGKILL) leaves the last written report: whole, at most
+    ``interval_s`` behind.
     """
 
     def __init__(self, path: Path, suite_name: str = "qnn-ci", *,
@@ -308,17 +166,29 @@ class JUnitWriter:
         # commit of the manifest's git work tree: one git call per run, at most.
         self.run: dict[str, str] = {"qnn.date": run_date()}
         self._git = git
-        self.cases: list[TestCase] = []
-        self._texts: dict[int, _Serialised] = {}
+        self.lines: list[Line] = []
         self._pending = False
         self._last = 0.0
         self.write()
 
     def add(self, case: TestCase) -> None:
-        if self._git and case.file:
+        self._added(case.file, Line.of_case(case))
+
+    def add_result(self, manifest: Path, export: str, line: int, result: StageResult) -> None:
+        """Add ``testcase(manifest, export, line, result)``, without making it."""
+        self._added(manifest, result_line(manifest, export, line, result))
+
+    def replace(self, cases: Iterable[TestCase]) -> None:
+        """Make ``cases`` the report's testcases (a run that stopped early lists what
+        ran and what did not); written by the next ``write``."""
+        self.lines = [Line.of_case(c) for c in cases]
+        self._pending = True
+
+    def _added(self, file: str | Path | None, line: Line) -> None:
+        if self._git and file:
             self._git = False
-            self.run |= git_state(Path(os.path.abspath(case.file)).parent)
-        self.cases.append(case)
+            self.run |= git_state(Path(os.path.abspath(file)).parent)
+        self.lines.append(line)
         self._pending = True
         if time.monotonic() - self._last >= self.interval_s:
             self.write()
@@ -328,19 +198,10 @@ class JUnitWriter:
         if self._pending:
             self.write()
 
-    def _serialised(self, case: TestCase) -> _Serialised:
-        known = self._texts.get(id(case))
-        if known is None or known.case is not case:
-            known = _Serialised(case)
-            self._texts[id(case)] = known
-        return known
-
     def render(self, *, interrupted: str | None = None,
                internal_error: str | None = None) -> str:
         """The whole report as text (see ``write``)."""
-        cases = [self._serialised(c) for c in self.cases]
-        if len(self._texts) > 2 * len(cases) + 16:   # cases replaced (``cases = [...]``)
-            self._texts = {id(s.case): s for s in cases}
+        cases = self.lines
         counts = dict.fromkeys(("error", "failure", "skipped", ""), 0)
         for s in cases:
             counts[s.kind] += 1
@@ -362,7 +223,7 @@ class JUnitWriter:
             head += [f"      <property name={quoteattr(xml_text(k))} "
                      f"value={quoteattr(xml_text(v))} />" for k, v in props.items()]
             head.append("    </properties>")
-        body = "".join([s.line for s in cases])
+        body = "".join([s.text for s in cases])
         return "\n".join(head) + "\n" + body + "  </testsuite>\n</testsuites>\n"
 
     def write(self, *, interrupted: str | None = None,

@@ -110,7 +110,7 @@ def test_replaced_cases_are_written_as_given(tmp_path: Path) -> None:
     path = tmp_path / "r.xml"
     writer = JUnitWriter(path)
     writer.add(case_of(tmp_path / "m.yaml", "e", 3, result(0)))
-    writer.cases = [case_of(tmp_path / "m.yaml", "e", 3, result(1, Status.SKIPPED))]
+    writer.replace([case_of(tmp_path / "m.yaml", "e", 3, result(1, Status.SKIPPED))])
     writer.write(interrupted="interrupted by SIGTERM")
     assert [c.get("name") for c in cases(path)] == ["e::s1"]
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from qnn_ci.report.junit import JUnitWriter, internal_error_case, xml_text
 from qnn_ci.report.junit import testcase as junit_case
+from qnn_ci.report.junit_xml import Line, result_line
 from qnn_ci.report.summary import Row, annotations, markdown_summary, terminal_table
 from qnn_ci.results import Finding, Severity, StageResult, Status
 
@@ -42,10 +43,16 @@ def test_junit_always_parses_with_every_testcase(rows: list[tuple[str, str, int,
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "j.xml"
         writer = JUnitWriter(path)
-        for manifest, export, line, result in rows:
-            writer.add(junit_case(Path(tmp) / (xml_text(manifest) or "m"), export, line, result))
+        for i, (manifest, export, line, result) in enumerate(rows):
+            where = Path(tmp) / (xml_text(manifest) or "m")
+            if i % 2:
+                writer.add(junit_case(where, export, line, result))
+            else:
+                writer.add_result(where, export, line, result)
         if crash is not None:
-            writer.cases.append(internal_error_case(RuntimeError(crash), Path(tmp) / "no.log"))
+            writer.replace([*(junit_case(Path(tmp) / (xml_text(m) or "m"), e, n, r)
+                              for m, e, n, r in rows),
+                            internal_error_case(RuntimeError(crash), Path(tmp) / "no.log")])
         writer.write(interrupted=interrupted, internal_error=crash)
         names = [c.get("name") for c in ET.parse(path).getroot().iter("testcase")]
         assert len(names) == len(rows) + (crash is not None)
@@ -54,6 +61,26 @@ def test_junit_always_parses_with_every_testcase(rows: list[tuple[str, str, int,
             # they read back as they were)
             assert name == xml_text(f"{export}::{result.stage}")
         assert sorted(p.name for p in Path(tmp).iterdir()) == ["j.xml"]
+
+
+@given(manifest=TEXT, export=TEXT, line=st.integers(0, 10**6), result=RESULTS,
+       summary=st.sampled_from(["", "why & <how>"]) | TEXT,
+       crash_log=st.none() | st.just("") | st.just("missing.log") | st.just("real.log"))
+def test_a_result_is_written_as_its_testcase_is(manifest: str, export: str, line: int,
+                                                 result: StageResult, summary: str,
+                                                 crash_log: str | None) -> None:
+    """``add_result`` writes a stage's result straight to text, without the TestCase:
+    the same text, counter kind and time as the TestCase's, whatever it holds (an
+    empty summary too: a skip without a reason is not counted as skipped)."""
+    result.summary = summary
+    with tempfile.TemporaryDirectory() as tmp:
+        if crash_log is not None:
+            result.data["internal_error"] = crash_log and str(Path(tmp) / crash_log)
+            (Path(tmp) / "real.log").write_text("Traceback ...\nValueError: <x> & y\n")
+        where = Path(tmp) / (xml_text(manifest) or "m")
+        direct = result_line(where, export, line, result)
+        via = Line.of_case(junit_case(where, export, line, result))
+        assert (direct.text, direct.kind, direct.elapsed) == (via.text, via.kind, via.elapsed)
 
 
 @given(rows=ROWS, interrupted=st.none() | TEXT, crash=st.none() | TEXT)
