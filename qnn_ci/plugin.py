@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ _PIPELINES = pytest.StashKey[dict[Path, "Opened"]]()
 _EXPORTS = pytest.StashKey[dict[str, Path]]()   # export name -> its manifest (unique)
 _TOKEN = pytest.StashKey[str]()
 _RELPATHS = pytest.StashKey[dict[Path, str]]()   # manifest -> its path in item locations
+_NESTED = pytest.StashKey[bool]()   # configured inside another session's test
 # A qnn-ci item that failed on bad input (a manifest error, a wrong SDK root): the
 # session exits 2, as `qnn-ci run` does (a typo must not read as a failed check).
 EXIT_BAD_INPUT = 2
@@ -75,8 +77,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("qnn_changed_since", "only exports changed since this git revision",
                   default="")
     parser.addini("qnn_fast_exit", "after a session with qnn-ci items, collect garbage "
-                  "once at exit and let the process end without tearing the heap down "
-                  "(qnn_ci/heap.py)", type="bool", default=True)
+                  "once at its end, then freeze the heap: pytest's end-of-session "
+                  "collections and the process's exit skip it (qnn_ci/heap.py)",
+                  type="bool", default=True)
 
 
 def _option(config: pytest.Config, name: str) -> Any:
@@ -85,6 +88,11 @@ def _option(config: pytest.Config, name: str) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if "qnn_ci.heap" in sys.modules:    # pytest.main again, in one process
+        sys.modules["qnn_ci.heap"].thaw_session()
+    # started inside another session's test (pytester's inline runs): the process is
+    # not this session's, its heap is left alone at the end
+    config.stash[_NESTED] = _inside_another_session()
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[_PIPELINES] = {}
@@ -94,6 +102,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_TOKEN] = (workerinput or {}).get("qnn_run_token") or uuid.uuid4().hex
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config.stash[_TOKEN]), "qnn_ci_xdist")
+
+
+def _inside_another_session() -> bool:
+    """Whether another pytest session runs this one (its ``wrap_session`` is further
+    up the stack: pytester's inline runs); True when that cannot be told."""
+    try:
+        from _pytest.main import wrap_session
+        code = wrap_session.__code__
+    except (ImportError, AttributeError):
+        return True
+    frame, sessions = sys._getframe(1), 0
+    while frame is not None:
+        sessions += frame.f_code is code
+        frame = frame.f_back
+    return sessions != 1
 
 
 class _XdistHooks:
@@ -428,6 +451,20 @@ def _split_finding(text: str) -> tuple[str, str]:
     return "stage", text
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After a session with qnn-ci items, collect the garbage once and freeze the rest
+    (``qnn_ci.heap.freeze_after_session``): pytest's own end-of-session collections
+    and the process's exit then skip the heap. Not ordered first: a conftest's
+    ``pytest_unconfigure`` runs before this one, and what it drops is collected."""
+    reporter = config.pluginmanager.get_plugin("qnn_ci_reporter")
+    if (reporter is None or not reporter.rows or hasattr(config, "workerinput")
+            or config.stash.get(_NESTED, True) or not config.getini("qnn_fast_exit")):
+        return
+    from qnn_ci.heap import freeze_after_session
+
+    freeze_after_session()
+
+
 class _Reporter:
     """Collects every stage item's report (on the xdist controller too, where the
     items do not run) for the summary table, job summary and annotations."""
@@ -492,10 +529,6 @@ class _Reporter:
         --junitxml and qnn-ci items, the report gets the run's date and commit."""
         if hasattr(self.config, "workerinput"):
             return
-        if self.rows and self.config.getini("qnn_fast_exit"):
-            from qnn_ci.heap import freeze_at_exit
-
-            freeze_at_exit()
         if self.rows and getattr(self.config.option, "xmlpath", None):
             from qnn_ci.report.junit import add_to_pytest_junit, run_date
 

@@ -39,12 +39,15 @@ def _last():
 atexit.register(_last)
 
 class Holder:
+    def __init__(self, name="late.txt"):
+        self.name = name
+
     def __del__(self):
-        with open("late.txt", "w") as fh:
+        with open(self.name, "w") as fh:
             fh.write("kept")
 
-def _late_garbage():
-    h = Holder()
+def _late_garbage(name="late.txt"):
+    h = Holder(name)
     h.me = h
     del h
 '''
@@ -55,10 +58,20 @@ FROZEN_AT_REPORT = {}
 def pytest_runtest_logreport(report):
     FROZEN_AT_REPORT.setdefault(report.nodeid, gc.get_freeze_count() > 0)
 
-def pytest_unconfigure(config):
-    atexit.register(_late_garbage)
+def pytest_configure(config):
+    # a cycle with a finalizer, alive through the session, dropped at unconfigure
+    config.qnn_test_holder = Holder("unconfigure.txt")
+    config.qnn_test_holder.me = config.qnn_test_holder
+    config.add_cleanup(_last_cleanup)   # registered first: the last clean-up
+
+def _last_cleanup():
+    FROZEN_AT_REPORT["(clean-up)"] = gc.get_freeze_count() > 0
     with open("reports.json", "w") as fh:
         json.dump(FROZEN_AT_REPORT, fh)
+
+def pytest_unconfigure(config):
+    atexit.register(_late_garbage)
+    del config.qnn_test_holder          # garbage now: collected, its finalizer runs
 '''
 # Runs after the manifest's items: its module-level cycle, made at collection, must be
 # collectable inside the test, and nothing may be frozen while it runs.
@@ -109,6 +122,10 @@ def test_known_items_reported_frozen_test_code_thawed_and_exit_loses_nothing(
     # known items are reported frozen; the Python test after them runs thawed
     assert all(frozen[n] for n in stage_items)
     assert frozen["z_after_test.py::test_sees_every_object_collectable"] is False
+    # frozen at unconfigure, before pytest's own clean-up collects again; a cycle a
+    # conftest dropped at its unconfigure (before qnn-ci's) was collected: finalized
+    assert frozen["(clean-up)"] is True
+    assert (project.path / "unconfigure.txt").read_text() == "kept"
     assert _read(project, "exit.json") == {"frozen": True}
     assert (project.path / "late.txt").read_text() == "kept"
 
@@ -119,6 +136,7 @@ def test_exit_is_left_alone_when_turned_off_or_without_qnn_items(
     project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(
         passed=3, skipped=10)
     assert _read(project, "exit.json") == {"frozen": False}
+    assert _read(project, "reports.json")["(clean-up)"] is False
     assert (project.path / "late.txt").read_text() == "kept"
 
     (project.path / "pytest.ini").unlink()
@@ -138,6 +156,21 @@ def test_objects_a_test_froze_stay_frozen(project: pytest.Pytester) -> None:
     for _ in range(2):                                  # then cached: known items
         project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(
             passed=4, skipped=10)
+
+
+def test_a_second_session_in_one_process_starts_thawed(project: pytest.Pytester) -> None:
+    """`pytest.main` twice in one process: the first session's end froze the heap, the
+    second thaws it when configured (its Python test sees every object collectable)."""
+    (project.path / "conftest.py").unlink()
+    (project.path / "twice.py").write_text(
+        "import gc, json, pytest\n"
+        "codes = [int(pytest.main(['-p', 'no:cacheprovider', '-q']))]\n"
+        "between = gc.get_freeze_count() > 0\n"
+        "codes.append(int(pytest.main(['-p', 'no:cacheprovider', '-q'])))\n"
+        "print(json.dumps({'codes': codes, 'between': between}))\n")
+    done = subprocess.run([sys.executable, "twice.py"], cwd=project.path,
+                          capture_output=True, text=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == {"codes": [0, 0], "between": True}
 
 
 def test_an_inline_run_leaves_this_process_unfrozen(project: pytest.Pytester) -> None:
