@@ -18,12 +18,13 @@ import math
 import os
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.results import StageResult, Status
 
 if TYPE_CHECKING:

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import logging
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.spec import ExportSpec
 
 log = logging.getLogger(__name__)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 
 from qnn_ci.errors import ToolError
+from qnn_ci.records import dataclass
 from qnn_ci.tables import ELF_MACHINE_BY_TARGET_PREFIX
 
 ET_DYN = 3

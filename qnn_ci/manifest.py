@@ -17,7 +17,7 @@ import logging
 import math
 import re
 import reprlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from qnn_ci.defaults import MANIFEST_NAMES
 from qnn_ci.errors import UserError
 from qnn_ci.memo import Memo, code_digest, memo_key, package_sources
+from qnn_ci.records import dataclass
 from qnn_ci.spec import (
     DEFAULT_ORIGINAL_COSINE,
     CalibrationSpec,

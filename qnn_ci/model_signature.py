@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import stat
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from qnn_ci.cache import file_digest
 from qnn_ci.errors import UserError
 from qnn_ci.memo import Memo, code_digest, memo_key
+from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 
 if TYPE_CHECKING:
     import numpy as np

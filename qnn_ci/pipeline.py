@@ -16,13 +16,13 @@ import shutil
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qnn_ci import __version__
 from qnn_ci.cache import ResultStore, digest, file_digest, jsonable, plain_digest
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.relocate import Roots, project_root, tokenize
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.spec import ExportSpec

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 
 if TYPE_CHECKING:   # onnx only when a check really runs
     import onnx

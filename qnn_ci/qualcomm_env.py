@@ -24,11 +24,12 @@ import logging
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.safe_read import read_text
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from qnn_ci.baselines import COMPARISONS, LIBRARY, NODES, Entry
+from qnn_ci.records import dataclass
 
 
 @dataclass(frozen=True)

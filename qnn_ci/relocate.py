@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 

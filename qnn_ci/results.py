@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
+
+from qnn_ci.records import dataclass
 
 
 class Status(enum.StrEnum):

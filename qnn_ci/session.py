@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from qnn_ci.errors import UserError
 from qnn_ci.manifest import Manifest, load_manifest
 from qnn_ci.memo import MEMO_DIR
 from qnn_ci.pipeline import Pipeline, load_stages_for
+from qnn_ci.records import dataclass
 from qnn_ci.stage import Environment
 
 __all__ = ["DEFAULT_WORKDIR", "Opened", "Options", "check_selection", "check_unique_exports",

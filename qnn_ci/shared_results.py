@@ -24,10 +24,10 @@ import shutil
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.records import dataclass
 from qnn_ci.stage import Environment
 
 log = logging.getLogger(__name__)

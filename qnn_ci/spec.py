@@ -6,10 +6,11 @@ ever see these dataclasses. All paths are absolute.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.records import dataclass
 from qnn_ci.tables import DEFAULT_BITWIDTHS, DEFAULT_COSINE
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from qnn_ci.records import dataclass
 from qnn_ci.results import StageResult
 from qnn_ci.spec import ExportSpec
 

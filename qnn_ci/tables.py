@@ -8,9 +8,9 @@ onnxruntime-qnn's simulator was observed to accept (``sim_soc_id``).
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import pairwise
 from typing import Any
 
 from qnn_ci import regression
 from qnn_ci.history import parse_date
+from qnn_ci.records import dataclass
 
 WINDOW = 7
 MIN_WORSE_STEPS = 5

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Literal
+
+from qnn_ci.records import dataclass
 
 TransportKind = Literal["ssh", "adb", "local"]
 

@@ -33,8 +33,9 @@ import math
 import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from qnn_ci.records import dataclass
 
 MAX_TEXT = 4_000_000          # viewer output read at most (characters)
 MAX_SAMPLES = 100_000

@@ -23,13 +23,13 @@ import logging
 import os
 import posixpath
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnn_ci.boards.latency import Latency, parse_viewer_output, timed
 from qnn_ci.boards.netrun_failures import classify
 from qnn_ci.errors import ToolError, UserError
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 from qnn_ci.safe_read import read_text
 

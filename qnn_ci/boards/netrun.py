@@ -19,7 +19,7 @@ import secrets
 import shutil
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,6 +32,7 @@ from qnn_ci.boards.result_files import ExpectedOutput, check_result_files
 from qnn_ci.boards.versions import BoardVersion, read_board_version, version_findings
 from qnn_ci.calibration.input_list import parse_input_list, resolve_line
 from qnn_ci.errors import ToolError, UserError
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 from qnn_ci.transport.base import CommandResult, DiskFullError, Transport, TransportError
 

@@ -7,8 +7,8 @@ any non-zero status is a failure; the class comes from the tool's own messages.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from qnn_ci.records import dataclass
 from qnn_ci.transport.base import CommandResult
 
 # (check id, patterns, what it means for the user) — first match wins.

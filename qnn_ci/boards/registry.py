@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.tables import get_soc
 from qnn_ci.yaml_lines import KeyPath, dotted, line_of
 

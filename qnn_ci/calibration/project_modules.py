@@ -24,12 +24,13 @@ import os
 import site
 import sys
 import sysconfig
-from dataclasses import dataclass, field
+from dataclasses import field
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 
 import qnn_ci
 from qnn_ci.cache import file_digest
+from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 

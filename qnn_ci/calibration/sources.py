@@ -10,13 +10,13 @@ import logging
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.calibration.input_list import read_raw, write_raw
 from qnn_ci.calibration.project_modules import import_closure, refresh, remember
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ Detected pairs are said in an INFO finding, never silently."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 
 _PREFIXES = (("in_", "out_"), ("input_", "output_"), ("past_key_values.", "present."),

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from qnn_ci.errors import UserError
 from qnn_ci.internal_error import EXIT_INTERNAL, InternalError, crash_log, oneline, write_log
 from qnn_ci.manifest import find_manifests
 from qnn_ci.pipeline import STAGE_ORDER, Event
+from qnn_ci.records import dataclass
 from qnn_ci.report.changed_summary import changed_heading
 from qnn_ci.report.summary import (
     Row,

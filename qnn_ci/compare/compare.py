@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from qnn_ci.compare.outputs import (
 from qnn_ci.compare.resolution import resolve_steps
 from qnn_ci.compare.thresholds import MIN_METRICS, evaluate, failed_metrics, resolve_bounds
 from qnn_ci.listing import cut_text
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 from qnn_ci.spec import Thresholds
 

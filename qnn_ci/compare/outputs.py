@@ -23,13 +23,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 
 import numpy as np
 
 from qnn_ci.errors import UserError
 from qnn_ci.listing import cut_text
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 from qnn_ci.safe_read import check_regular
 

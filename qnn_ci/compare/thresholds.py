@@ -10,12 +10,12 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from qnn_ci.compare.metrics import OutputMetrics
 from qnn_ci.compare.outputs import match_names
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 from qnn_ci.spec import Thresholds
 

@@ -26,7 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,7 @@ from qnn_ci.diagnose.intermediates import (
 from qnn_ci.diagnose.layers import LayerAccumulator, crossing
 from qnn_ci.diagnose.model import FirstDivergence, LayerMetrics
 from qnn_ci.diagnose.sweep import align
+from qnn_ci.records import dataclass
 from qnn_ci.tables import SocInfo
 
 log = logging.getLogger(__name__)

@@ -25,13 +25,14 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qnn_ci.diagnose.model import NONE, Diagnosis
+from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from onnx import TensorProto
 
 from qnn_ci.cores import limit_threads
 from qnn_ci.diagnose.layers import TensorInfo
+from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 

@@ -44,12 +44,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from qnn_ci.diagnose.model import FirstDivergence, LayerMetrics
+from qnn_ci.records import dataclass
 
 CHANNELS_FIRST = "channels_first"
 CHANNELS_LAST = "channels_last"

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from qnn_ci.compare.outputs import NATIVE_SUFFIX, sanitize
+from qnn_ci.records import dataclass
 
 _NON_WORD_CHAR = re.compile(r"\W")
 

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from qnn_ci.diagnose.intermediates import (
     save_exposed,
 )
 from qnn_ci.diagnose.layers import LayerAccumulator, LayerReport, TensorInfo
+from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,13 @@ import logging
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.report.plots import ChartBatch, histogram_html, num, trend_html
 from qnn_ci.report.report_data import ReportInput, StageEntry, stage_order
 from qnn_ci.report.trend_data import Trends

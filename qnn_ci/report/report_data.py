@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.safe_read import read_bytes, read_text
 
 log = logging.getLogger(__name__)

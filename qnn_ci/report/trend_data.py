@@ -7,8 +7,10 @@ The drift of each series is ``qnn_ci.trends``' rule (docs/history.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
+
+from qnn_ci.records import dataclass
 
 LAST = 30                            # points per series drawn
 

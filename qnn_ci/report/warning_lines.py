@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 
 SHOWN = 5

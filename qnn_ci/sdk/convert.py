@@ -18,9 +18,10 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from qnn_ci.records import dataclass
 from qnn_ci.sdk.locate import Sdk
 from qnn_ci.sdk.toolrun import ToolRun, run_tool
 

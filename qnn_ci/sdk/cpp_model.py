@@ -25,11 +25,12 @@ from __future__ import annotations
 import codecs
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.listing import cut_text
+from qnn_ci.records import dataclass
 from qnn_ci.safe_read import MiB, iter_blocks, open_regular, safe_int
 from qnn_ci.tables import QNN_DATATYPES
 

@@ -29,11 +29,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.safe_read import MiB, load_json, read_text
 
 log = logging.getLogger(__name__)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import onnx
 
+from qnn_ci.records import dataclass
 from qnn_ci.sdk.encodings import Encodings
 
 log = logging.getLogger(__name__)

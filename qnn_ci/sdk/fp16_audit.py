@@ -14,12 +14,13 @@ type cannot be read cannot prove "zero FP16": the report says why in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
 from qnn_ci.listing import cut_text
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 from qnn_ci.safe_read import open_regular
 from qnn_ci.sdk.cpp_model import CPP_CAP, read_cpp_model

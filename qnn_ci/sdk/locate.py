@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from qnn_ci.errors import UserError
+from qnn_ci.records import dataclass
 from qnn_ci.spec import ExportSpec
 from qnn_ci.stage import Environment
 from qnn_ci.yaml_lines import load_yaml_with_lines

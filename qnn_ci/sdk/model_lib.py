@@ -14,11 +14,12 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnn_ci.errors import ToolError, UserError
+from qnn_ci.records import dataclass
 from qnn_ci.sdk.locate import LIB_GENERATOR, Sdk
 from qnn_ci.spec import ExportSpec
 from qnn_ci.tables import LIB_GENERATOR_DEFAULT_TARGETS

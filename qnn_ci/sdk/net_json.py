@@ -15,10 +15,11 @@ regular file is refused with one line (``qnn_ci.safe_read``).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.records import dataclass
 from qnn_ci.safe_read import MiB, load_json, read_text, safe_int
 from qnn_ci.tables import QNN_DATATYPE_BY_CODE
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import onnx
 from onnx import helper
 
+from qnn_ci.records import dataclass
 from qnn_ci.shapes.modelio import Scratch
 from qnn_ci.shapes.report import InteriorTensor
 from qnn_ci.shapes.verify import ort_reason

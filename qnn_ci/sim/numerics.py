@@ -17,7 +17,7 @@ import logging
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import numpy as np
 
 from qnn_ci.compare import accuracy_rule, compare_sets, load_output_set, sanitize
 from qnn_ci.cores import limit_threads
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.ep import capture_native_output, htp_session_options
 from qnn_ci.sim.samples import Feeds

@@ -12,11 +12,13 @@ from the input and weight scales.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 import onnx
+
+from qnn_ci.records import dataclass
 
 
 @dataclass

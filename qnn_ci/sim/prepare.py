@@ -30,13 +30,14 @@ import logging
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import onnx
 
 from qnn_ci.listing import cut_text, shown
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.binary import ContextInfo, read_context_info
 from qnn_ci.sim.ep import EP_NAME, assignment, capture_native_output, htp_session_options

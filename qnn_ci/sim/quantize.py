@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, redirect_stdout
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import onnx
 from qnn_ci.errors import UserError
 from qnn_ci.listing import cut_text
 from qnn_ci.prequantized import refuse_quantized
+from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.constants import fold_constants
 from qnn_ci.sim.fusion import fuse_batchnorm

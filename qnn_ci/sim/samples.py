@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import overload
 
@@ -15,6 +14,7 @@ import onnx
 from qnn_ci.calibration.input_list import read_input_list, read_raw
 from qnn_ci.errors import UserError
 from qnn_ci.onnx_io import graph_inputs
+from qnn_ci.records import dataclass
 
 Feeds = dict[str, np.ndarray]
 
