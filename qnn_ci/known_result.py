@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from qnn_ci.heap import Frozen
+from qnn_ci.results import Status
 
 if TYPE_CHECKING:
     from qnn_ci.plugin import StageItem
@@ -100,8 +101,6 @@ def report_known(item: StageItem, nextitem: pytest.Item | None) -> bool | None:
     hooks = _plain(item, nextitem)
     if hooks is None:
         return None
-    from qnn_ci.results import Status
-
     result = item.pipeline.lookup(item.export.name, item.name)
     if result is None or result.status not in (Status.PASSED, Status.SKIPPED):
         return None
@@ -133,8 +132,6 @@ def _reports(item: StageItem, result: StageResult) -> Iterator[pytest.TestReport
     skip (``StageItem.setup``) -- without raising and catching a skip to get there."""
     nodeid = getattr(item, "id", item.nodeid)   # pytest >= 9: the parsed node id
     keywords = dict.fromkeys(item.keywords, 1)
-    from qnn_ci.results import Status
-
     shown = "setup" if result.status == Status.SKIPPED else "call"
     for when in _PHASES[shown]:
         start, began = time.time(), time.perf_counter()

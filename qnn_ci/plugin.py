@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -349,38 +349,14 @@ class StageItem(pytest.Item):
     def known_outcome(self, result: StageResult) -> tuple[str, tuple[str, int, str] | None]:
         """The (outcome, longrepr) pytest's ``makereport`` builds for a passed result
         (from ``runtest``) or a skipped one (from ``setup``) -- without raising."""
-        from qnn_ci.results import Status
-
         self._record(result)
-        if result.status != Status.SKIPPED:
+        if result.status != "skipped":     # Status is a StrEnum
             return "passed", None
         return "skipped", (os.fspath(self.path), self.export.line,
                            _skip_message(result.summary))
 
     def _record(self, r: StageResult) -> None:
-        from qnn_ci.internal_error import crash_log
-        from qnn_ci.report.property_text import property_value
-        from qnn_ci.report.warning_lines import warning_properties, warning_texts
-        from qnn_ci.results import Severity
-
-        props: list[tuple[str, Any]] = [
-            ("qnn.export", self.export.name), ("qnn.stage", self.name),
-            ("qnn.status", r.status.value), ("qnn.summary", r.summary),
-            ("qnn.manifest", str(self.export.manifest)), ("qnn.line", self.export.line),
-            ("qnn.cached", r.cached),
-        ]
-        # the first warnings grouped, with their count (the calibration stage sets them)
-        extra = {k: v for k, v in warning_properties(warning_texts(r.findings)).items()
-                 if k not in r.properties}
-        props += [(f"qnn.{k}", property_value(v))
-                  for k, v in (r.properties | extra).items()]
-        props += [(f"qnn.artefact.{k}", v) for k, v in r.artefacts.items()]
-        if crash_log(r):   # the stage crashed: a bug in qnn-ci (the session exits 3)
-            props.append(("qnn.internal_error", crash_log(r)))
-        props += [("qnn.finding" if f.severity == Severity.ERROR else "qnn.warning",
-                   f"[{f.check}] {f.message}") for f in r.findings
-                  if f.severity != Severity.INFO]
-        self.user_properties.extend(props)
+        self.user_properties.extend(_item_properties()(self.export, self.name, r))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
@@ -407,6 +383,14 @@ class StageItem(pytest.Item):
             compute = getattr(base, "func", None) or base.fget  # type: ignore[attr-defined]
             relpaths[self.path] = compute(self)[0]
         return relpaths[self.path], line, name
+
+
+@functools.cache
+def _item_properties() -> Callable[[ExportSpec, str, StageResult], list[tuple[str, Any]]]:
+    """``qnn_ci.item_properties.item_properties``, imported once (not per item)."""
+    from qnn_ci.item_properties import item_properties
+
+    return item_properties
 
 
 @functools.lru_cache(maxsize=8192)   # a few distinct reasons per export
@@ -543,7 +527,8 @@ class _Reporter:
                 tr.write_line(line, red=not ok)
             if not ok and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = EXIT_BAD_INPUT
-        if session.exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        if not self.rows or session.exitstatus not in (pytest.ExitCode.OK,
+                                                       pytest.ExitCode.TESTS_FAILED):
             return
         if self._internal_errors():
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
