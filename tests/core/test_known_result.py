@@ -235,3 +235,16 @@ def test_the_loop_reports_known_items_unless_other_plugins_take_part(
     project.runpytest("-p", "no:cacheprovider", "-x").assert_outcomes(
         passed=3, skipped=10, failed=1)
     assert len(wrapped) == 14
+
+
+@pytest.mark.parametrize("flag", ["--setup-only", "--setup-plan"])
+def test_setup_only_and_plan_run_no_stage(project: pytest.Pytester, flag: str) -> None:
+    """Set-up looks the result up and nothing more: on a fresh project no stage runs
+    (the generator is never called, nothing is cached); a skip known without running
+    anything shows as skipped, every other item as set up."""
+    fresh = project.runpytest_subprocess("-p", "no:cacheprovider", flag)
+    assert fresh.ret == 0, fresh.stdout.str()
+    outcomes = fresh.parseoutcomes()
+    assert outcomes.get("skipped", 0) > 0 and "failed" not in outcomes
+    assert not (project.path / "gen.log").exists()
+    assert not list(project.path.glob(".qnn-ci/**/result.json"))
