@@ -264,6 +264,9 @@ class Pipeline:
         stage_dir = self.env.export_dir(export_name) / stage_name
         ctx = StageContext(export=export, env=self.env, workdir=stage_dir, upstream=upstream,
                            all_exports=self.exports, peer_results=peer_results)
+        settled = stage.settled(ctx)
+        if settled is not None:
+            return settled
         started = time.monotonic()
         try:
             fingerprint = stage.fingerprint(ctx)

@@ -85,6 +85,12 @@ class Stage:
         (e.g. the upstream of a calibration ``from:`` chain)."""
         return ()
 
+    def settled(self, ctx: StageContext) -> StageResult | None:
+        """A result that follows from the export's settings and ``ctx.upstream`` alone
+        (no file, tool or cache is read), known before a fingerprint or a cache key is
+        made; None to go on. Not cached: finding it again costs nothing."""
+        return None
+
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         """Extra inputs to the cache key beyond the export's settings and the
         upstream results: file hashes, tool versions, flags."""

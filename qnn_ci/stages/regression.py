@@ -53,6 +53,17 @@ class RegressionStage(Stage):
     def applies(self, export: ExportSpec) -> bool:
         return export.regression.enabled
 
+    def settled(self, ctx: StageContext) -> StageResult | None:
+        """Nothing measured (every stage it reads skipped, errored or not planned): a
+        skip that needs no baselines file, fingerprint or cache -- unless the
+        tolerances are wrong, which run() reports."""
+        from qnn_ci.regression import check_tolerances
+
+        if bl.measured(ctx.upstream, ctx.export.board) or \
+                check_tolerances(ctx.export.regression.tolerances):
+            return None
+        return self._skip(_nothing_measured(ctx))
+
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         """What is compared: the numbers measured and the baseline entries for them."""
         export = ctx.export

@@ -113,8 +113,9 @@ def test_xdist_runs_each_stage_once(project: pytest.Pytester) -> None:
                                        "--qnn-export", "a", "--qnn-export", "b")
     res.assert_outcomes(passed=4, skipped=2)
     assert (project.path / "gen.log").read_text().count("called") == 2  # cached
-    # 4 passes and the 2 regression skips (a skip that follows from its key is cached)
-    assert res.stdout.str().count("(cached)") == 6
+    # the 4 passes; the 2 regression skips follow from the upstream results alone
+    # (nothing measured): found again without the cache
+    assert res.stdout.str().count("(cached)") == 4
 
 
 def test_bad_manifest_is_one_failing_item(project: pytest.Pytester) -> None:
