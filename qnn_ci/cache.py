@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.relocate import Roots, detokenize, rewrite_files, tokenize
+from qnn_ci.relocate import Roots, detokenize_json, rewrite_files, tokenize
 from qnn_ci.results import StageResult
 
 # A file whose mtime is this close to now may still change without its mtime or
@@ -104,9 +104,13 @@ class ResultStore:
         A result another worker of ``this_run`` just made is not called cached.
         ``roots``: where the work folder and project are now (a result saved with
         roots elsewhere is relocated: ``qnn_ci.relocate``)."""
-        path = stage_dir / self.FILE
+        path = os.path.join(stage_dir, self.FILE)
         try:
-            payload = json.loads(path.read_text("utf-8"))
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+            if roots is not None:     # tokens are written only with the roots
+                text = detokenize_json(text, roots)
+            payload = json.loads(text)
         except (OSError, ValueError):
             return None
         if payload.get("key") != key:
@@ -114,12 +118,8 @@ class ResultStore:
         if run_token is not None and payload.get("run_token") != run_token:
             return None
         stored = payload.get("roots")
-        raw = payload["result"]
-        if roots is not None and isinstance(stored, dict):
-            raw = detokenize(raw, roots)
-        result = StageResult.from_dict(raw)
-        missing = [p for p in result.artefacts.values() if not Path(p).exists()]
-        if missing:
+        result = StageResult.from_dict(payload["result"])
+        if not all(os.path.exists(p) for p in result.artefacts.values()):
             return None
         if roots is not None and isinstance(stored, dict) and stored.get("workdir"):
             rewrite_files(result.artefacts, Roots(str(stored["workdir"]), stored.get("project")),

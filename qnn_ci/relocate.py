@@ -14,6 +14,7 @@ restored on another runner, or used from a clone at another path, is reused.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -113,6 +114,17 @@ def detokenize(value: Any, roots: Roots) -> Any:
         text = text.replace(WORKDIR, roots.workdir)
         return text.replace(PROJECT, roots.project) if roots.project else text
     return _walk(value, fn)
+
+
+def detokenize_json(text: str, roots: Roots) -> str:
+    """``detokenize`` on a JSON document's text, before it is parsed: each token
+    becomes its folder, escaped as a JSON string holds it (one pass over the text
+    instead of a walk of the parsed values). Tokens are only ever written inside
+    string values; a dict key holding a token's text literally is replaced too."""
+    if "${" not in text:
+        return text
+    text = text.replace(WORKDIR, json.dumps(roots.workdir)[1:-1])
+    return text.replace(PROJECT, json.dumps(roots.project)[1:-1]) if roots.project else text
 
 
 def rewrite_files(artefacts: dict[str, str], old: Roots, new: Roots) -> None:
