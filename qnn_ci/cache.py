@@ -7,10 +7,11 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.relocate import Roots, detokenize_json, rewrite_files, tokenize
+from qnn_ci.relocate import Roots, detokenize_json, rewrite_files, token_replacer, tokenize
 from qnn_ci.results import StageResult
 
 # A file whose mtime is this close to now may still change without its mtime or
@@ -42,9 +43,11 @@ def file_digest(path: Path) -> str:
     return value
 
 
-def jsonable(value: Any) -> Any:
-    """Plain JSON values: dataclasses as dicts, files by content (``digest``'s input)."""
-    return _jsonable(value)
+def jsonable(value: Any, roots: Roots | None = None) -> Any:
+    """Plain JSON values: dataclasses as dicts, files by content (``digest``'s input).
+    With ``roots``, every string is tokenized too: ``tokenize(jsonable(value), roots)``
+    in one walk (a stage's cache key is made so)."""
+    return _jsonable(value, None if roots is None else token_replacer(roots))
 
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -63,27 +66,42 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
     return names
 
 
-def _jsonable(value: Any) -> Any:
-    if type(value) in _PLAIN:       # the common leaves first: keys are hashed per stage
-        return value
-    names = _field_names(type(value))
+def _jsonable(value: Any, fn: Callable[[str], str] | None) -> Any:
+    kind = type(value)
+    if kind in _PLAIN:       # the common leaves first: keys are hashed per stage
+        return fn(value) if fn is not None and kind is str else value
+    names = _field_names(kind)
     if names is not None and not isinstance(value, type):
-        return {name: _jsonable(getattr(value, name)) for name in names}
+        return {name: _jsonable(getattr(value, name), fn) for name in names}
     if isinstance(value, Path):
         # A file by its content only: the same bytes at another path (another clone,
         # another runner) are the same input. Other paths (folders) as written.
-        return {"sha256": file_digest(value)} if value.is_file() else {"path": str(value)}
+        plain = {"sha256": file_digest(value)} if value.is_file() else {"path": str(value)}
+        return plain if fn is None else {k: fn(v) for k, v in plain.items()}
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        items = [_jsonable(v) for v in value]
-        return sorted(items, key=repr) if isinstance(value, set | frozenset) else items
-    return value
+        return {str(k): _jsonable(v, fn) for k, v in value.items()}
+    if isinstance(value, set | frozenset):   # in the order of the plain values' reprs
+        items = sorted([_jsonable(v, None) for v in value], key=repr)
+        return items if fn is None else [_tokenized(v, fn) for v in items]
+    if isinstance(value, list | tuple):
+        return [_jsonable(v, fn) for v in value]
+    return fn(value) if fn is not None and isinstance(value, str) else value
+
+
+def _tokenized(plain: Any, fn: Callable[[str], str]) -> Any:
+    """``fn`` on every string of a plain value (as ``relocate.tokenize`` walks it)."""
+    if isinstance(plain, str):
+        return fn(plain)
+    if isinstance(plain, dict):
+        return {k: _tokenized(v, fn) for k, v in plain.items()}
+    if isinstance(plain, list | tuple):
+        return [_tokenized(v, fn) for v in plain]
+    return plain
 
 
 def digest(parts: Any) -> str:
     """A stable hash of plain values, dataclasses and files (by content)."""
-    return plain_digest(_jsonable(parts))
+    return plain_digest(_jsonable(parts, None))
 
 
 def plain_digest(plain: Any) -> str:

@@ -278,14 +278,14 @@ class Pipeline:
             stage_dir.mkdir(parents=True, exist_ok=True)
             return self._crash(stage, ctx, exc)
         roots = self.roots(export)
-        cache_key = plain_digest(tokenize(jsonable({
+        cache_key = plain_digest(jsonable({
             "qnn_ci": __version__, "stage": stage_name, "version": stage.version,
             "export": export_settings(export, stage), "fingerprint": fingerprint,
             "upstream": {n: _identity(r, self._keys.get((export_name, n)))
                          for n, r in upstream.items()},
             "peers": {p: {n: _identity(res, self._keys.get((p, n))) for n, res in r.items()}
                       for p, r in peer_results.items()},
-        }), roots))
+        }, roots))
         self._keys[(export_name, stage_name)] = cache_key
         if self.env.use_cache:
             # A cached result needs no lock: result.json is replaced atomically, and a

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +98,20 @@ def _walk(value: Any, fn: Any) -> Any:
     return value
 
 
-def tokenize(value: Any, roots: Roots) -> Any:
+def token_replacer(roots: Roots) -> Callable[[str], str]:
+    """What ``tokenize`` does to each string: every root folder (at a path boundary)
+    becomes its token, the longest folder first."""
     pairs = roots.pairs()
 
     def fn(text: str) -> str:
         for folder, token in pairs:
             text = _replace_folder(text, folder, token)
         return text
-    return _walk(value, fn)
+    return fn
+
+
+def tokenize(value: Any, roots: Roots) -> Any:
+    return _walk(value, token_replacer(roots))
 
 
 def detokenize(value: Any, roots: Roots) -> Any:
