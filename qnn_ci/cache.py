@@ -11,7 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.relocate import Roots, detokenize_json, rewrite_files, token_replacer, tokenize
+from qnn_ci.relocate import (
+    Roots,
+    detokenize_json,
+    map_strings,
+    rewrite_files,
+    token_replacer,
+    tokenize,
+)
 from qnn_ci.results import StageResult
 
 # A file whose mtime is this close to now may still change without its mtime or
@@ -82,21 +89,10 @@ def _jsonable(value: Any, fn: Callable[[str], str] | None) -> Any:
         return {str(k): _jsonable(v, fn) for k, v in value.items()}
     if isinstance(value, set | frozenset):   # in the order of the plain values' reprs
         items = sorted([_jsonable(v, None) for v in value], key=repr)
-        return items if fn is None else [_tokenized(v, fn) for v in items]
+        return items if fn is None else [map_strings(v, fn) for v in items]
     if isinstance(value, list | tuple):
         return [_jsonable(v, fn) for v in value]
     return fn(value) if fn is not None and isinstance(value, str) else value
-
-
-def _tokenized(plain: Any, fn: Callable[[str], str]) -> Any:
-    """``fn`` on every string of a plain value (as ``relocate.tokenize`` walks it)."""
-    if isinstance(plain, str):
-        return fn(plain)
-    if isinstance(plain, dict):
-        return {k: _tokenized(v, fn) for k, v in plain.items()}
-    if isinstance(plain, list | tuple):
-        return [_tokenized(v, fn) for v in plain]
-    return plain
 
 
 def digest(parts: Any) -> str:

@@ -88,13 +88,14 @@ def _replace_folder(text: str, folder: str, token: str) -> str:
     return "".join(out)
 
 
-def _walk(value: Any, fn: Any) -> Any:
+def map_strings(value: Any, fn: Any) -> Any:
+    """``fn`` on every string of a plain value; dicts and lists rebuilt, keys kept."""
     if isinstance(value, str):
         return fn(value)
     if isinstance(value, dict):
-        return {k: _walk(v, fn) for k, v in value.items()}
+        return {k: map_strings(v, fn) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_walk(v, fn) for v in value]
+        return [map_strings(v, fn) for v in value]
     return value
 
 
@@ -111,7 +112,7 @@ def token_replacer(roots: Roots) -> Callable[[str], str]:
 
 
 def tokenize(value: Any, roots: Roots) -> Any:
-    return _walk(value, token_replacer(roots))
+    return map_strings(value, token_replacer(roots))
 
 
 def detokenize(value: Any, roots: Roots) -> Any:
@@ -120,7 +121,7 @@ def detokenize(value: Any, roots: Roots) -> Any:
             return text
         text = text.replace(WORKDIR, roots.workdir)
         return text.replace(PROJECT, roots.project) if roots.project else text
-    return _walk(value, fn)
+    return map_strings(value, fn)
 
 
 def detokenize_json(text: str, roots: Roots) -> str:
