@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 # own, qnn-ci's, and those that act on Python test functions only.
 _NEUTRAL = ("_pytest.", "qnn_ci.", "_hypothesis_pytestplugin", "xdist.", "pytest_cov")
 _PHASE_HOOKS = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown")
-_MARKS = ("skip", "skipif", "xfail")
+_MARKS = frozenset(("skip", "skipif", "xfail"))
 # The phases reported, by the phase the result shows in (a known skip: at set-up).
 _PHASES = {"call": ("setup", "call", "teardown"), "setup": ("setup", "teardown")}
 _NEUTRAL_FOR = pytest.StashKey[dict[str, "str | None"]]()   # item's file -> _plain's answer
@@ -162,7 +162,7 @@ def _plain(item: pytest.Item, nextitem: pytest.Item | None) -> str | None:
         needed = set(nextitem.listchain())
         if any(node not in needed for node in stack):
             return None
-    if any(next(item.iter_markers(name), None) is not None for name in _MARKS):
+    if not _MARKS.isdisjoint([mark.name for mark in item.iter_markers()]):  # one walk
         return None
     return _neutral_hooks(item)
 
