@@ -76,7 +76,7 @@ class _Codes:
             codes = {t: c for t, c in codes.items() if t in self.used}
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
-            self.path.parent.mkdir(exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_bytes(_MAGIC + marshal.dumps(codes))
             os.replace(tmp, self.path)
         except (OSError, ValueError) as exc:     # read-only install: compile each time
@@ -102,12 +102,19 @@ def _read(path: Path) -> dict[str, CodeType]:
     return {t: c for t, c in codes.items() if isinstance(t, str) and isinstance(c, CodeType)}
 
 
-def _default_path() -> Path:
-    tag = sys.implementation.cache_tag or "python"
-    return Path(__file__).resolve().parent / "__pycache__" / f"records.{tag}.codes"
+def _default_path() -> Path | None:
+    """Next to this package's ``.pyc`` files; None where Python keeps none (no cache
+    tag) or the package is not a folder of files (a zip, a frozen application)."""
+    tag = sys.implementation.cache_tag
+    where = globals().get("__file__")
+    if not tag or not where or not Path(where).is_file():
+        return None
+    # where Python writes this module's .pyc (``sys.pycache_prefix`` honoured)
+    return Path(importlib.util.cache_from_source(str(Path(where).resolve()))).with_name(
+        f"records.{tag}.codes")
 
 
-_codes = _Codes(_default_path() if sys.implementation.cache_tag else None)
+_codes = _Codes(_default_path())
 
 
 def _exec(text: Any, globals_: Any = None, locals_: Any = None) -> None:
