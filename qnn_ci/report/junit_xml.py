@@ -17,6 +17,7 @@ always parse.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,16 +50,21 @@ _MARKUP = re.compile(r'[&<>"]')
 # Characters XML 1.0 cannot hold or junit-xml drops (control characters from tool
 # output, lone surrogates from undecodable file names, non-characters): shown as
 # \xNN / U+FFFD instead, so nothing silently disappears from the report.
-_NOT_XML = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in (
-    (0x00, 0x08), (0x0B, 0x0C), (0x0E, 0x1F), (0x7F, 0x84), (0x86, 0x9F), (0xD800, 0xDFFF),
-    (0xFDD0, 0xFDDF), *((p + 0xFFFE, p + 0xFFFF) for p in range(0, 0x110000, 0x10000)))) + "]")
+@functools.cache
+def _not_xml() -> re.Pattern[str]:
+    """The characters above, as one class (compiled when a text first needs it: most
+    reports never do)."""
+    return re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in (
+        (0x00, 0x08), (0x0B, 0x0C), (0x0E, 0x1F), (0x7F, 0x84), (0x86, 0x9F),
+        (0xD800, 0xDFFF), (0xFDD0, 0xFDDF),
+        *((p + 0xFFFE, p + 0xFFFF) for p in range(0, 0x110000, 0x10000)))) + "]")
 
 
 def xml_text(text: str) -> str:
     """``text`` with every character XML cannot hold replaced."""
     if text.isascii() and text.isprintable():    # the common case, without the regex
         return text
-    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+    return _not_xml().sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
                         else "\ufffd", text)
 
 
