@@ -28,10 +28,11 @@ def writer_alone(folder: Path, cases: int) -> float:
     results = [StageResult(f"s{i}", Status.PASSED, "ok", properties={"n": i, "x": 0.5},
                            artefacts={"report": f"/w/e{i}/r.json"}, cached=True)
                for i in range(cases)]
+    manifest = folder / "qnn-ci.yaml"    # one Path for the run, as `qnn-ci run` has
     t = time.perf_counter()
     writer = JUnitWriter(folder / "alone.xml")
     for i, r in enumerate(results):   # as `qnn-ci run` adds them
-        writer.add_result(folder / "qnn-ci.yaml", f"e{i // 11}", 5 + i // 11, r)
+        writer.add_result(manifest, f"e{i // 11}", 5 + i // 11, r)
     writer.flush()
     elapsed = time.perf_counter() - t
     assert len(list(ET.parse(folder / "alone.xml").getroot().iter("testcase"))) == cases

@@ -88,8 +88,9 @@ def _option(config: pytest.Config, name: str) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if "qnn_ci.heap" in sys.modules:    # pytest.main again, in one process
-        sys.modules["qnn_ci.heap"].thaw_session()
+    from qnn_ci.heap import thaw_session  # gc and atexit only
+
+    thaw_session()      # pytest.main again, in one process: what the last one froze
     # started inside another session's test (pytester's inline runs): the process is
     # not this session's, its heap is left alone at the end
     config.stash[_NESTED] = _inside_another_session()

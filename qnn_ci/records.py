@@ -26,7 +26,6 @@ import logging
 import marshal
 import os
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import CodeType
@@ -37,8 +36,6 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _MAGIC = importlib.util.MAGIC_NUMBER
 _LIMIT = 4000             # texts kept; a larger file starts over with this process's
-_lock = threading.RLock()
-_depth = 0
 
 
 class _Codes:
@@ -94,7 +91,7 @@ def _read(path: Path) -> dict[str, CodeType]:
     if not data.startswith(_MAGIC):
         return {}
     try:
-        codes = marshal.loads(data[len(_MAGIC):])
+        codes = marshal.loads(memoryview(data)[len(_MAGIC):])
     except (EOFError, ValueError, TypeError):
         return {}
     if not isinstance(codes, dict):
@@ -137,14 +134,12 @@ def dataclass(cls: None = None, /, **options: Any) -> Callable[[type[_T]], type[
 def dataclass(cls: type[_T] | None = None, /, **options: Any) -> Any:
     """``dataclasses.dataclass(cls, **options)``, its methods' code from the store."""
     def wrap(c: type[_T]) -> type[_T]:
-        global _depth
-        with _lock:     # dataclasses looks `exec` up in its module's globals first
-            _depth += 1
-            dataclasses.exec = _exec  # type: ignore[attr-defined]
-            try:
-                return dataclasses.dataclass(c, **options)
-            finally:
-                _depth -= 1
-                if not _depth:
-                    vars(dataclasses).pop("exec", None)
+        # dataclasses looks `exec` up in its module's globals first. Another thread
+        # making a class meanwhile gets the same code either way (from the store, or
+        # compiled when this call has already taken the name away again).
+        dataclasses.exec = _exec  # type: ignore[attr-defined]
+        try:
+            return dataclasses.dataclass(c, **options)
+        finally:
+            vars(dataclasses).pop("exec", None)
     return wrap if cls is None else wrap(cls)

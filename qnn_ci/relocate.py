@@ -115,13 +115,18 @@ def tokenize(value: Any, roots: Roots) -> Any:
     return map_strings(value, token_replacer(roots))
 
 
-def detokenize(value: Any, roots: Roots) -> Any:
+def _untokenizer(workdir: str, project: str | None) -> Callable[[str], str]:
+    """Each token of a string replaced: the work folder's, then the project's."""
     def fn(text: str) -> str:
         if "${" not in text:
             return text
-        text = text.replace(WORKDIR, roots.workdir)
-        return text.replace(PROJECT, roots.project) if roots.project else text
-    return map_strings(value, fn)
+        text = text.replace(WORKDIR, workdir)
+        return text.replace(PROJECT, project) if project else text
+    return fn
+
+
+def detokenize(value: Any, roots: Roots) -> Any:
+    return map_strings(value, _untokenizer(roots.workdir, roots.project))
 
 
 def detokenize_json(text: str, roots: Roots) -> str:
@@ -129,10 +134,8 @@ def detokenize_json(text: str, roots: Roots) -> str:
     becomes its folder, escaped as a JSON string holds it (one pass over the text
     instead of a walk of the parsed values). Tokens are only ever written inside
     string values; a dict key holding a token's text literally is replaced too."""
-    if "${" not in text:
-        return text
-    text = text.replace(WORKDIR, json.dumps(roots.workdir)[1:-1])
-    return text.replace(PROJECT, json.dumps(roots.project)[1:-1]) if roots.project else text
+    project = json.dumps(roots.project)[1:-1] if roots.project else None
+    return _untokenizer(json.dumps(roots.workdir)[1:-1], project)(text)
 
 
 def rewrite_files(artefacts: dict[str, str], old: Roots, new: Roots) -> None:

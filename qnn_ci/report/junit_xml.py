@@ -186,8 +186,6 @@ def _kind(case: TestCase) -> str:
     return "skipped" if case.skipped and case.is_skipped() else ""
 
 
-
-
 def result_properties(result: StageResult) -> dict[str, str]:
     """A stage result's JUnit properties: its own as ``qnn.<name>``, its artefacts as
     ``qnn.artefact.<name>`` and ``qnn.cached`` = true when read from the cache."""
@@ -236,6 +234,9 @@ _EXPORTS: dict[tuple[Path, str, int], tuple[str, str]] = {}
 # The rest of a testcase after its head, for a result with nothing but a status and
 # a summary (most skips): (status, summary) -> (text, kind).
 _BODIES: dict[tuple[Status, str], tuple[str, str]] = {}
+# Statuses whose text needs nothing of a result but its summary (and that it did
+# not crash): a failure's or an error's text holds its findings and diagnosis too.
+_PLAIN = (Status.PASSED, Status.SKIPPED)
 
 
 def result_line(manifest: Path, export: str, line: int, result: StageResult) -> Line:
@@ -261,11 +262,6 @@ def result_line(manifest: Path, export: str, line: int, result: StageResult) -> 
         if plain and len(_BODIES) < 10_000 and len(result.summary) < 2048:
             _BODIES[result.status, result.summary] = body
     return Line(head + body[0], body[1], elapsed or 0.0)
-
-
-# Statuses whose text needs nothing of a result but its summary (and that it did
-# not crash): a failure's or an error's text holds its findings and diagnosis too.
-_PLAIN = (Status.PASSED, Status.SKIPPED)
 
 
 def _body(result: StageResult) -> tuple[str, str]:
