@@ -13,9 +13,10 @@ from qnn_ci.records import dataclass
 from qnn_ci.results import Finding, Severity
 
 SHOWN = 5
-# A number standing alone ("sample 12", "line 3") varies between otherwise identical
-# warnings; one inside a name ("in_cache0") or a value ("0.5") does not.
-_NUMBER = re.compile(r"(?<![\w.])\d+(?![\w.])")
+# A number standing alone ("sample 12", "line 3", "range 1.682", "-0.31", "1e-02")
+# varies between otherwise identical warnings; one inside a name ("in_cache0") does not.
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w)(?!\.\d)")
+_CHECK = re.compile(r"^\[([^\]]+)\]")
 
 
 @dataclass
@@ -46,15 +47,26 @@ def group_warnings(texts: Iterable[str]) -> list[WarningGroup]:
 
 def warning_lines(texts: Iterable[str], limit: int = SHOWN) -> list[str]:
     """The first ``limit`` groups, one line each ("... (+96 more like it)"), and a
-    last line "+N more warning(s) of K other kind(s)" when groups were left out."""
+    last line "+N more warning(s) of K other kind(s)" when groups were left out (a
+    kind is a check id: "[compare.accuracy] ...")."""
     groups = group_warnings(texts)
     lines = [g.text + (f" (+{g.count - 1} more like it)" if g.count > 1 else "")
              for g in groups[:limit]]
     rest = groups[limit:]
     if rest:
-        lines.append(f"+{sum(g.count for g in rest)} more warning(s) of {len(rest)} other "
-                     f"kind(s)")
+        shown_kinds = {_kind(g.text) for g in groups[:limit]}
+        kinds = {_kind(g.text) for g in rest}
+        other = len(kinds - shown_kinds)
+        what = (f"of {other} other kind(s)" if other == len(kinds) else
+                f"of {len(kinds)} kind(s), {len(kinds) - other} of them shown above"
+                if other else f"of the kind(s) shown above")
+        lines.append(f"+{sum(g.count for g in rest)} more warning(s) {what}")
     return lines
+
+
+def _kind(text: str) -> str:
+    m = _CHECK.match(text)
+    return m.group(1) if m else _NUMBER.sub("#", text)
 
 
 def warning_properties(texts: Iterable[str], limit: int = SHOWN) -> dict[str, Any]:

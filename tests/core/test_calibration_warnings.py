@@ -134,3 +134,19 @@ def test_grouping_keeps_the_largest_groups_and_counts_the_rest() -> None:
     assert sorted(props) == ["warnings.0", "warnings.1", "warnings.2", "warnings.3",
                              "warnings.4", "warnings.count"]
     assert warning_properties([]) == {}
+
+
+def test_warnings_that_differ_in_decimals_are_one_kind() -> None:
+    """Seen on a real run: 13 `compare.accuracy` warnings differing only in their
+    numbers were counted as "+13 more warning(s) of 13 other kind(s)"."""
+    oracle = [f"[compare.accuracy] logits sample {i}: the HTP is less accurate than the CPU "
+              f"backend beyond 0.400% of range {1.5 + i / 7:.4g} (largest excess "
+              f"{1e-3 * (i + 1):.4g}, {0.1 * i:.3g}% of range)" for i in range(13)]
+    first = [f"[check{i}] something else" for i in range(5)]
+    lines = warning_lines(first + oracle)
+    assert lines[0].endswith("(+12 more like it)") and "compare.accuracy" in lines[0]
+    assert len(lines) == 6 and lines[-1] == "+1 more warning(s) of 1 other kind(s)"
+    rest = [f"[check{i}] something else" for i in range(6)] + oracle[:3] + ["[check0] other"]
+    assert warning_lines(rest)[-1] == "+3 more warning(s) of 3 kind(s), 1 of them shown above"
+    # numbers inside names still tell warnings apart
+    assert len(group_warnings(["[k] in_cache0 bad", "[k] in_cache1 bad"])) == 2
