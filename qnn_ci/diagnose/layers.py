@@ -15,7 +15,7 @@ Pure functions over per-tensor arrays, shared by the simulator/QDQ path
 - ``layer_report(order, reference, test, bounds, layout=None)``: the same over
   ``{tensor: [array per sample]}`` mappings; returns ``(layers, first, jumps)``.
 - ``bounds_for(thresholds, outputs)``: the bounds an intermediate tensor is held
-  to, from the export's thresholds.
+  to, from the export's thresholds: scale-free ones only (cosine, SNR).
 
 Metrics per tensor and sample (float64): cosine, SNR dB (signal = reference),
 max_abs; the worst sample's value of each is kept. A reference that is all zero
@@ -468,10 +468,13 @@ def layer_report(order: Sequence[TensorInfo], reference: Mapping[str, Sequence[A
 
 
 def bounds_for(thresholds: Any, outputs: Sequence[str]) -> dict[str, float]:
-    """The bounds an intermediate tensor is held to: the strictest cosine bound of
-    ``outputs`` (the failing outputs, or every output), and SNR / max_abs bounds
-    only when every one of ``outputs`` has one (the strictest). No cosine bound
-    anywhere: the default (``qnn_ci.spec.DEFAULT_COSINE``)."""
+    """The bounds an intermediate tensor is held to: scale-free ones only. The
+    strictest cosine bound of ``outputs`` (the failing outputs, or every output;
+    the worst-channel cosine is held to it too), and an SNR bound only when every
+    one of ``outputs`` has one (the strictest). An output's absolute bounds
+    (max_abs, mean_abs) are never applied to an interior tensor: they are in the
+    output's units, and an interior tensor's values may be 100x larger. No cosine
+    bound anywhere: the default (``qnn_ci.spec.DEFAULT_COSINE``)."""
     from qnn_ci.spec import DEFAULT_COSINE
 
     per = [thresholds.for_output(o) for o in outputs] or [dict(thresholds.default)]
@@ -479,6 +482,4 @@ def bounds_for(thresholds: Any, outputs: Sequence[str]) -> dict[str, float]:
     bounds = {"cosine": max(cosines) if cosines else DEFAULT_COSINE}
     if all("snr" in b for b in per):
         bounds["snr"] = max(b["snr"] for b in per)
-    if all("max_abs" in b for b in per):
-        bounds["max_abs"] = min(b["max_abs"] for b in per)
     return bounds

@@ -156,8 +156,34 @@ def test_bounds_for_takes_the_strictest_and_snr_only_when_every_output_has_it() 
     assert bounds_for(t, ["a", "b"]) == {"cosine": 0.999, "snr": 30.0}
     assert bounds_for(t, ["a", "b", "c"]) == {"cosine": 0.999}
     assert bounds_for(t, ["b"]) == {"cosine": 0.99, "snr": 20.0}
-    assert bounds_for(Thresholds(default={"max_abs": 0.1}), ["y"]) == {"cosine": 0.99,
-                                                                         "max_abs": 0.1}
+    # an output's absolute bounds never reach an interior tensor (other units)
+    assert bounds_for(Thresholds(default={"max_abs": 0.1}), ["y"]) == {"cosine": 0.99}
+    assert bounds_for(Thresholds(default={"cosine": 0.99, "max_abs": 0.05,
+                                          "mean_abs": 0.01}), ["y"]) == {"cosine": 0.99}
+
+
+def test_first_divergence_is_scale_free_where_the_damage_enters() -> None:
+    """The PP-OCR classifier case: an early conv's tensor carries values ~100x the
+    output's (max_abs 1.46 against the output's 0.05 bound, cosine 0.9953: fine),
+    and the damage enters later, where one channel's cosine falls to -0.53."""
+    from qnn_ci.diagnose.layers import TensorInfo
+
+    order = [TensorInfo("conv1", "Conv.1", "Conv", ("x",)),
+             TensorInfo("conv8", "Conv.8", "Conv", ("conv1",))]
+    big = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32) * 60.0
+    noisy = big + RNG.standard_normal(big.shape).astype(np.float32) * 6.0
+    late = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    broken = late.copy()
+    broken[0, 2] = -0.53 * late[0, 2] + 0.85 * RNG.standard_normal((8, 8)).astype(np.float32)
+    bounds = bounds_for(Thresholds(default={"cosine": 0.99, "max_abs": 0.05}), ["logits"])
+    layers, first, _ = layer_report(order, {"conv1": [big], "conv8": [late]},
+                                    {"conv1": [noisy], "conv8": [broken]}, bounds)
+    assert layers[0].max_abs is not None and layers[0].max_abs > 1.0
+    assert layers[0].cosine is not None and layers[0].cosine > 0.99
+    assert not layers[0].crosses
+    assert first is not None and first.tensor == "conv8"
+    assert first.metric == "worst_channel_cosine" and first.worst_channel == 2
+    assert first.value is not None and first.value < 0
 
 
 def test_batched_metrics_equal_the_single_tensor_ones() -> None:
