@@ -155,6 +155,9 @@ BIAS_ADD_PRODUCERS: frozenset[str] = frozenset({"Conv", "ConvTranspose", "MatMul
 # op -> input index of its bias: quantized by the converter from the input and
 # weight scales (0.6.1/1.0.0 exports leave biases out).
 BIAS_INPUTS: dict[str, int] = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
+# Ops whose constant inputs are weights (what a 16-bit weights override can raise).
+WEIGHTED_OPS: frozenset[str] = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm",
+                                          "LSTM", "GRU", "RNN"})
 # BatchNormalization scale, B, mean, var: folded into the convolution before it.
 BATCHNORM_PARAM_INPUTS: frozenset[int] = frozenset({1, 2, 3, 4})
 
@@ -163,3 +166,23 @@ DEFAULT_BITWIDTHS = {"act": 16, "weight": 8, "bias": 32}
 
 # Default comparison threshold.
 DEFAULT_COSINE = 0.99
+
+# What the HTP is known to refuse, so the recipe advisor can say why a candidate
+# did not prepare (the prepare still decides). Seen on onnxruntime-qnn 2.7's
+# simulator (QNN 2.51), a Conv with 16-bit symmetric weights: QNN error 3110 on
+# v68 (QCS6490) and v69 (SM8450) with 16-bit activations, prepared on v73 (SM8550)
+# and v75 (SM8650); refused on every arch with 8-bit activations.
+INT16_WEIGHTS_MIN_ARCH = 73
+INT16_WEIGHTS_ACT_BITWIDTH = 16
+
+
+def int16_weights_refusal(htp_arch: int, act_bitwidth: int) -> str | None:
+    """Why an HTP is known to refuse 16-bit weights with these activations (None:
+    not known to)."""
+    if act_bitwidth != INT16_WEIGHTS_ACT_BITWIDTH:
+        return (f"the HTP takes 16-bit weights only with 16-bit activations (these are "
+                f"{act_bitwidth}-bit)")
+    if htp_arch < INT16_WEIGHTS_MIN_ARCH:
+        return (f"HTP v{htp_arch} refuses 16-bit weights with 16-bit activations (v"
+                f"{INT16_WEIGHTS_MIN_ARCH} and newer take them)")
+    return None

@@ -82,20 +82,46 @@ class FirstDivergence:
         return d
 
 
+# recipe verdicts (stable, documented in docs/diagnosis.md)
+PASSES = "passes"                     # prepared for the SoC, within bounds on its simulator
+FAILS_SIM = "fails on the simulator"  # prepared, measured there, out of bounds
+UNVERIFIED = "not verified on the simulator"   # passes on CPU; no simulator run (budget)
+FAILS_CPU = "fails on CPU"            # the CPU screen is already out of bounds
+REJECTED = "rejected by the HTP"      # did not prepare for the SoC (never proposed)
+NO_CHANGE = "no change from the baseline"      # the same quantization parameters
+NOT_MEASURED = "not measured"         # not measurable here, not tried (budget), failed
+SIMULATOR, CPU = "simulator", "cpu"   # measured_on
+# cost classes, cheapest first: what a recipe costs on the device
+COST_NONE, COST_16BIT, COST_FLOAT = "none", "16-bit", "float"
+COSTS = {COST_NONE: "no run-time cost",
+         COST_16BIT: "16-bit: more memory and latency",
+         COST_FLOAT: "float layers: FP16, slower"}
+
+
 @dataclass
 class Recipe:
-    """One remedy tried by the advisor, measured."""
+    """One remedy tried by the advisor: screened on CPU, prepared for the SoC, and
+    (within the budget) measured on its simulator. ``passes`` only when measured on
+    the simulator after it prepared there."""
 
     name: str                            # e.g. "per_channel"
     settings: dict[str, Any]             # manifest keys, dotted: {"quantization.per_channel": True}
     flags: list[str]                     # the converter flags it means
-    worst: dict[str, float | None]       # worst metric values measured (e.g. {"cosine": 0.987})
-    passes: bool                         # within the export's bounds
+    worst: dict[str, float | None]       # headline worst values: the simulator's when
+    #                                      measured there, else the CPU screen's
+    passes: bool                         # within the export's bounds ON THE SIMULATOR
     baseline: dict[str, float | None] = field(default_factory=dict)  # the same metrics
-    #                                      with the export's own settings (before)
-    measured_on: str = "qdq-cpu"         # "qdq-cpu" | "simulator"
-    qdq_worst: dict[str, float | None] = field(default_factory=dict)  # QDQ on CPU, when
-    #                                      the headline number is the simulator's
+    #                                      with the export's own settings, where ``worst`` is
+    measured_on: str | None = None       # "simulator" | "cpu" | None (not measured)
+    prepared: bool | None = None         # prepared for the SoC's HTP (None: not tried)
+    cpu_worst: dict[str, float | None] = field(default_factory=dict)  # QDQ on CPU (screen)
+    cpu_baseline: dict[str, float | None] = field(default_factory=dict)
+    cpu_passes: bool | None = None       # the CPU screen within bounds (None: not screened)
+    verdict: str = NOT_MEASURED          # one of the verdicts above
+    rejection: str = ""                  # why the HTP refused it: "rejected by QCS6490
+    #                                      HTP: QNN error 3110 on node 'conv_b' (Conv)"
+    cost: str = COST_NONE                # cost class (COSTS)
+    soc: str = ""                        # the SoC it was prepared / simulated for
     duration_s: float = 0.0
     note: str = ""                       # e.g. why a recipe was skipped
     files: dict[str, str] = field(default_factory=dict)   # e.g. an overrides file written
@@ -103,9 +129,8 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["worst"] = {k: _num(v) for k, v in self.worst.items()}
-        d["qdq_worst"] = {k: _num(v) for k, v in self.qdq_worst.items()}
-        d["baseline"] = {k: _num(v) for k, v in self.baseline.items()}
+        for key in ("worst", "baseline", "cpu_worst", "cpu_baseline"):
+            d[key] = {k: _num(v) for k, v in getattr(self, key).items()}
         d["duration_s"] = round(self.duration_s, 3)
         return d
 
@@ -125,6 +150,8 @@ class Diagnosis:
     cost: dict[str, float] = field(default_factory=dict)  # seconds per phase, counts
     artefacts: dict[str, str] = field(default_factory=dict)  # name -> path (csv, json, png)
     notes: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)      # when no recipe passes: the best
+    #                                                      tried and what is left to do
 
     def headline(self) -> str:
         """One line for the failure text: where the error enters and what fixes it."""
@@ -142,6 +169,8 @@ class Diagnosis:
         best = next((r for r in self.recipes if r.passes), None)
         if best is not None:
             parts.append(f"fix: {recipe_line(best)}")
+        elif self.advice:
+            parts.append(f"no fix: {self.advice[0]}")
         return "; ".join(parts)
 
     def properties(self) -> dict[str, Any]:
@@ -157,6 +186,8 @@ class Diagnosis:
                   "diagnosis.first_divergence.value": _num(fd.value)}
         for i, r in enumerate(self.recipes[:5]):
             p[f"diagnosis.recipe.{i}"] = recipe_line(r)
+        if self.advice:
+            p["diagnosis.advice"] = " ".join(self.advice)
         for name, path in self.artefacts.items():
             p[f"diagnosis.artefact.{name}"] = path
         for name, value in self.cost.items():
@@ -170,22 +201,37 @@ class Diagnosis:
                 "layers": [m.to_dict() for m in self.layers],
                 "worst_jumps": [m.to_dict() for m in self.worst_jumps],
                 "recipes": [r.to_dict() for r in self.recipes],
+                "advice": list(self.advice),
                 "cost": {k: _num(v) for k, v in self.cost.items()},
                 "artefacts": dict(self.artefacts), "notes": list(self.notes)}
 
 
+def _values(worst: dict[str, float | None], before: dict[str, float | None]) -> str:
+    return ", ".join(f"worst {m} " + (f"{_num(before[m])} → " if m in before else "")
+                     + f"{_num(v)}" for m, v in worst.items())
+
+
 def recipe_line(r: Recipe) -> str:
-    """``per_channel: true → worst cosine 0.987 (QDQ on CPU 0.994) — passes``."""
+    """One line: the settings, the numbers and where they were measured, the verdict
+    and the cost class, e.g. ``per_channel: true → worst cosine -0.31 → 0.999 on the
+    QCS6490 simulator (QDQ on CPU 0.0 → 0.999) — passes [no run-time cost]``."""
     keys = ", ".join(f"{k.split('.')[-1]}: {_yaml_scalar(v)}" for k, v in r.settings.items())
-    worst = ", ".join(f"worst {m} " + (f"{_num(r.baseline[m])} → " if m in r.baseline else "")
-                      + f"{_num(v)}" for m, v in r.worst.items())
-    qdq = ""
-    if r.qdq_worst and r.measured_on != "qdq-cpu":
-        qdq = " (QDQ on CPU " + ", ".join(str(_num(v)) for v in r.qdq_worst.values()) + ")"
-    if not r.worst:                      # listed, not measured (the note says why)
-        return f"{keys or r.name} → not measured"
-    verdict = "passes" if r.passes else "still fails"
-    return f"{keys or r.name} → {worst}{qdq} — {verdict}"
+    head = keys or r.name
+    cost = f" [{COSTS.get(r.cost, r.cost)}]"
+    where = f"{r.soc} " if r.soc else ""
+    if r.measured_on == SIMULATOR and r.worst:
+        cpu = f" (QDQ on CPU {_values(r.cpu_worst, r.cpu_baseline)})" if r.cpu_worst else ""
+        return (f"{head} → {_values(r.worst, r.baseline)} on the {where}simulator{cpu} — "
+                f"{r.verdict}{cost}")
+    if r.cpu_worst or r.worst:            # (a record without cpu_worst: its worst is CPU's)
+        values = (_values(r.cpu_worst, r.cpu_baseline) if r.cpu_worst
+                  else _values(r.worst, r.baseline))
+        return f"{head} → QDQ on CPU {values} — {r.verdict}{cost}"
+    if r.verdict == REJECTED:
+        return f"{head} → {r.rejection or r.verdict}"
+    if r.verdict == NO_CHANGE:
+        return f"{head} → {r.verdict}"
+    return f"{head} → not measured"
 
 
 def _yaml_scalar(v: Any) -> str:

@@ -36,7 +36,7 @@ from qnn_ci.errors import UserError
 from qnn_ci.records import dataclass
 from qnn_ci.safe_read import load_json, read_text
 from qnn_ci.sdk.encodings import ENCODINGS_CAP, ENCODINGS_HINT, read_encodings
-from qnn_ci.tables import BIAS_INPUTS
+from qnn_ci.tables import BIAS_INPUTS, WEIGHTED_OPS
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class LayerPlan:
     nodes: list[onnx.NodeProto] = field(default_factory=list)
     weights: dict[str, np.ndarray] = field(default_factory=dict)   # name -> value
     weight_ops: dict[str, str] = field(default_factory=dict)       # name -> consumer op
+    weight_nodes: dict[str, str] = field(default_factory=dict)     # name -> consumer node
     unknown: list[str] = field(default_factory=list)                # focus names not found
 
     @property
@@ -84,24 +85,27 @@ def resolve_focus(model: onnx.ModelProto, focus: Sequence[str]) -> LayerPlan:
             plan.nodes.append(node)
     inits = {i.name: i for i in model.graph.initializer}
     for node in plan.nodes:
-        for name, op in _weights_of(node, by_output, inits):
+        for name, owner in _weights_of(node, by_output, inits):
             if name not in plan.weights:
                 plan.weights[name] = numpy_helper.to_array(inits[name])
-                plan.weight_ops[name] = op
+                plan.weight_ops[name] = owner.op_type
+                plan.weight_nodes[name] = owner.name or f"{owner.op_type}#{owner.output[0]}"
     return plan
 
 
 def _weights_of(node: onnx.NodeProto, by_output: dict[str, onnx.NodeProto],
-                inits: dict[str, onnx.TensorProto]) -> list[tuple[str, str]]:
-    """The float weight initializers of ``node`` (biases left out), or of the nearest
-    producer with weights when it has none (a Relu after the conv)."""
+                inits: dict[str, onnx.TensorProto]) -> list[tuple[str, onnx.NodeProto]]:
+    """The float weight initializers of ``node`` when it is an op with weights
+    (``WEIGHTED_OPS``; biases left out), or of the nearest producer with weights
+    when it has none (a Relu after the conv), each with the node that has it."""
     current: onnx.NodeProto | None = node
     for _ in range(_BACK_STEPS + 1):
         if current is None:
             return []
         bias = BIAS_INPUTS.get(current.op_type)
-        found = [(name, current.op_type) for i, name in enumerate(current.input)
-                 if name in inits and i != bias and inits[name].data_type in _FLOAT_TYPES
+        found = [(name, current) for i, name in enumerate(current.input)
+                 if current.op_type in WEIGHTED_OPS and name in inits and i != bias
+                 and inits[name].data_type in _FLOAT_TYPES
                  and len(inits[name].dims) >= 1 and _size(inits[name]) > 1]
         if found:
             return found

@@ -8,17 +8,25 @@ Recipes (``catalogue``), each in a *group* of mutually exclusive choices:
 - ``act_bitwidth_16`` -- 16-bit activations, offered when the export uses 8.
 - ``calibration_<method>`` -- every activation calibration method the converter
   offers (``--act_quantizer_calibration``: min-max, mse, percentile, entropy,
-  sqnr) other than the export's own. onnxruntime calibrates by MinMax, Entropy and
-  Percentile only (``qnn_ci.sim.quantize``): ``mse`` and ``sqnr`` are listed as
-  "not measurable on the simulator path", never with a number.
+  sqnr) other than the export's own. Only min-max and percentile are measurable
+  on the simulator path (``qnn_ci.sim.quantize``): onnxruntime has no mse or sqnr
+  calibration, and its entropy calibrator, as ``quantize`` builds it, has as many
+  histogram bins as quantized bins (128), so its KL search can only choose the
+  full range: the ranges of min-max. Those three are listed as "not measurable on
+  the simulator path" with the reason, never with a number.
 - ``weights_16bit`` -- the focus layers' weights at 16 bits; ``float_layers`` --
   the focus layers kept float (FP16 on the HTP), only where the SoC's HTP has
   FP16 (``qnn_ci.tables``; never proposed on one without it, and the listing says
   why). Both are an AIMET encodings overrides file (``--quantization_overrides``,
   manifest ``quantization.overrides``) written by ``qnn_ci.diagnose.recipe_encodings``.
 
+Each recipe has a *cost class*: what it costs on the device (``COSTS``): no
+run-time cost (calibration method, per-channel weights), 16-bit (more memory and
+latency on some layers or all), float layers (FP16, only where the SoC has it).
+Passing recipes are ranked cheapest class first.
+
 ``combine`` joins two recipes of different groups (the advisor tries the best
-two). The flag spellings are the ones ``qnn_ci.sdk.converter_cmd`` passes for the
+few pairs). The flag spellings are the ones ``qnn_ci.sdk.converter_cmd`` passes for the
 same manifest keys (the long, 2.25+ names).
 """
 
@@ -31,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from qnn_ci.diagnose.model import COST_16BIT, COST_FLOAT, COST_NONE, COSTS
 from qnn_ci.records import dataclass
 from qnn_ci.tables import SocInfo
 
@@ -49,7 +58,21 @@ _FLAGS = {PER_CHANNEL: "--use_per_channel_quantization",
 # What the converter offers (--act_quantizer_calibration) and what onnxruntime can
 # measure of it (qnn_ci.sim.quantize._CALIBRATION: MinMax, Entropy, Percentile).
 CONVERTER_CALIBRATIONS = ("min-max", "mse", "percentile", "entropy", "sqnr")
-MEASURABLE_CALIBRATIONS = frozenset({"min-max", "percentile", "entropy"})
+MEASURABLE_CALIBRATIONS = frozenset({"min-max", "percentile"})
+_NOT_MEASURABLE = {
+    "entropy": "onnxruntime's entropy calibrator (as its quantize API builds it) has 128 "
+               "histogram bins for 128 quantized bins, so its KL search can only choose "
+               "the full range -- the ranges of min-max",
+}
+
+_COST_RANK = {c: i for i, c in enumerate(COSTS)}
+_GROUP_COST = {"per_channel": COST_NONE, "calibration": COST_NONE,
+               "act_bitwidth": COST_16BIT, "weights_16bit": COST_16BIT,
+               "float_layers": COST_FLOAT}
+
+
+def cost_rank(cost: str) -> int:
+    return _COST_RANK.get(cost, len(_COST_RANK))
 
 # kinds
 SETTINGS, LAYERS_16BIT, LAYERS_FLOAT = "settings", "weights_16bit", "float_layers"
@@ -67,6 +90,13 @@ class Candidate:
     note: str = ""                      # why it is not measurable / not tried
     parts: tuple[str, ...] = ()         # a combination's recipe names
     files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cost(self) -> str:
+        """The cost class: the dearest of its parts'."""
+        costs = [_GROUP_COST.get(self.kind if g == "overrides" else g, COST_NONE)
+                 for g in self.group.split("+")]
+        return max(costs, key=cost_rank)
 
     def quant_changes(self) -> dict[str, Any]:
         """``QuantSettings`` field -> value for ``dataclasses.replace``."""
@@ -100,8 +130,9 @@ def catalogue(base: Any, soc: SocInfo, *, has_focus: bool) -> list[Candidate]:
             f"calibration_{method}", "calibration", {ACT_CALIBRATION: method},
             measurable=measurable,
             note="" if measurable else
-            f"not measurable on the simulator path: onnxruntime has no {method} "
-            "calibration; try it with the converter"))
+            f"not measurable on the simulator path: "
+            f"{_NOT_MEASURABLE.get(method, f'onnxruntime has no {method} calibration')}; "
+            "try it with the converter"))
     if has_focus:
         out.append(Candidate(LAYERS_16BIT, "overrides", {OVERRIDES: ""}, kind=LAYERS_16BIT))
         if soc.fp16:

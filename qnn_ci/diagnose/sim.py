@@ -12,8 +12,8 @@ layer, recipes, artefacts, cost. Called by the ``sim_numerics`` stage and by
      tensors exposed, against the QDQ model on CPU (``bisect_htp``); path
      ``sim-bisection``; it may use up to half of ``budget_s``.
 3. Recipes (when ``advisor`` and something failed): ``qnn_ci.diagnose.advisor``
-   with the remaining budget; re-measured on the simulator when the HTP is
-   involved (htp / both).
+   with the remaining budget: each one prepared for the SoC and, best first,
+   measured on its simulator (only that earns "passes").
 4. Artefacts in ``out_dir``: layers.csv, diagnosis.json, layers.png.
 
 Cost (``Diagnosis.cost``): ``sweep_s``, ``bisect_s``, ``advisor_s``,
@@ -36,7 +36,7 @@ from typing import Any
 from qnn_ci.diagnose.artefacts import write_artefacts
 from qnn_ci.diagnose.attribution import attribute
 from qnn_ci.diagnose.layers import bounds_for
-from qnn_ci.diagnose.model import BOTH, HTP, NONE, Diagnosis
+from qnn_ci.diagnose.model import HTP, NONE, Diagnosis
 from qnn_ci.errors import UserError
 from qnn_ci.tables import SocInfo
 
@@ -138,8 +138,8 @@ def diagnose_sim(*, float_model: Path, qdq_model: Path, ctx_model: Path | None, 
             log.debug("reference cost not measured: %s", exc)
     if advisor and diag.attribution != NONE:
         remaining = max(0.0, budget_s - (time.monotonic() - start))
-        _advise(diag, float_model, calibration, samples, settings, soc, thresholds, numerics,
-                out_dir, remaining, say)
+        _advise(diag, float_model, qdq_model, calibration, samples, settings, soc, thresholds,
+                numerics, out_dir, remaining, say)
     elif advisor:
         diag.notes.append("recipe advisor not run: nothing failed")
     diag.cost["total_s"] = time.monotonic() - start
@@ -208,18 +208,18 @@ def _bisect(diag: Diagnosis, folded: Path, qdq_model: Path, soc: SocInfo,
         + (f"; first departure {res.first.tensor!r}" if res.first else ""))
 
 
-def _advise(diag: Diagnosis, float_model: Path, calibration: Sequence[Feeds],
-            held_out: Sequence[Feeds], settings: Any, soc: SocInfo, thresholds: Any,
-            numerics: Any, out_dir: Path, budget_s: float,
+def _advise(diag: Diagnosis, float_model: Path, qdq_model: Path,
+            calibration: Sequence[Feeds], held_out: Sequence[Feeds], settings: Any,
+            soc: SocInfo, thresholds: Any, numerics: Any, out_dir: Path, budget_s: float,
             say: Callable[[str], None]) -> None:
     try:
-        from qnn_ci.diagnose.advisor import advise
+        from qnn_ci.diagnose.advisor import advise, nothing_passes
     except ImportError as exc:
         diag.notes.append(f"recipe advisor not available: {exc}")
         return
-    simulate = diag.attribution in (HTP, BOTH)
-    comparison = numerics.comparison if simulate or numerics.qdq_cpu is None \
-        else numerics.qdq_cpu
+    baseline = worst_bounded(numerics.comparison)
+    cpu_baseline = (worst_bounded(numerics.qdq_cpu) if numerics.qdq_cpu is not None
+                    else baseline)
     focus = [diag.first_divergence.node] if diag.first_divergence is not None else []
     top = max((m.jump or 0.0 for m in diag.worst_jumps), default=0.0)
     for m in diag.worst_jumps:         # the jumps that matter: >= 10 % of the largest
@@ -230,9 +230,10 @@ def _advise(diag: Diagnosis, float_model: Path, calibration: Sequence[Feeds],
     try:
         diag.recipes = advise(float_model=float_model, calibration=calibration,
                               held_out=held_out, base=settings, soc=soc, thresholds=thresholds,
-                              focus_nodes=focus, baseline=worst_bounded(comparison),
-                              out_dir=out_dir, budget_s=budget_s, simulate=simulate,
+                              focus_nodes=focus, baseline=baseline, cpu_baseline=cpu_baseline,
+                              baseline_model=qdq_model, out_dir=out_dir, budget_s=budget_s,
                               progress=say)
+        diag.advice = nothing_passes(diag.recipes, soc)
     except Exception as exc:           # the advisor must not hide the diagnosis
         log.debug("recipe advisor failed", exc_info=True)
         text = exc.oneline() if isinstance(exc, UserError) else str(exc)

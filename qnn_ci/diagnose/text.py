@@ -62,8 +62,10 @@ def text_lines(d: Diagnosis) -> list[str]:
                 lines += [f"    {y}" for y in best.yaml.rstrip("\n").splitlines()]
             if best.flags:
                 lines.append(f"  converter flags: {' '.join(best.flags)}")
+        elif d.advice:
+            lines += [f"  {line}" for line in d.advice]
         else:
-            lines.append("  no recipe tried passes")
+            lines.append("  no recipe tried passes on the simulator")
     for name, path_ in d.artefacts.items():
         lines.append(f"  {name}: {path_}")
     c = d.cost

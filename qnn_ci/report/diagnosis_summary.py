@@ -119,6 +119,10 @@ def markdown_block(r: StageResult, *, root: Path | None = None) -> list[str]:
         if recipes:
             out += ["- **recipes** (best first):", *recipes]
         best = next((x for x in _list(d.get("recipes")) if x.get("passes") is True), None)
+        raw = d.get("advice")
+        advice = [_one(x) for x in raw if isinstance(x, str)] if isinstance(raw, list) else []
+        if best is None and advice:
+            out += [f"- **no fix**: {advice[0]}", *[f"  - {x}" for x in advice[1:]]]
         if best and best.get("yaml"):
             out += ["- **fix** — paste into the export in `qnn-ci.yaml`:", "",
                     *_fenced(str(best["yaml"]).rstrip("\n"), "yaml")]

@@ -63,6 +63,8 @@ def diagnosis_text(d: Diagnosis) -> str:
     recipe = best_recipe_text(d)
     if recipe:
         lines.append(recipe)
+    elif d.advice:
+        lines += d.advice[1:]                      # the first is in the headline
     if d.artefacts:
         lines.append("per-layer report: " + ", ".join(
             f"{k} {v}" for k, v in sorted(d.artefacts.items())))

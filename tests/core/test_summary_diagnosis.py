@@ -26,10 +26,15 @@ def _diagnosis(root: Path, tensor: str = "b") -> Diagnosis:
     recipes = [
         Recipe("per_channel", {"quantization.per_channel": True},
                ["--use_per_channel_quantization"], {"cosine": 0.987}, True,
-               baseline={"cosine": 0.145}, yaml="quantization:\n  per_channel: true\n"),
+               baseline={"cosine": 0.145}, measured_on="simulator", prepared=True,
+               cpu_worst={"cosine": 0.994}, cpu_baseline={"cosine": 0.151}, verdict="passes",
+               soc="QCS6490", yaml="quantization:\n  per_channel: true\n"),
         Recipe("act_calibration=mse", {"quantization.act_calibration": "mse"},
                ["--act_quantizer_calibration", "mse"], {"cosine": 0.2}, False,
-               baseline={"cosine": 0.145}, yaml="quantization:\n  act_calibration: mse\n"),
+               baseline={"cosine": 0.151}, measured_on="cpu", prepared=True,
+               cpu_worst={"cosine": 0.2}, cpu_baseline={"cosine": 0.151},
+               verdict="fails on CPU", soc="QCS6490",
+               yaml="quantization:\n  act_calibration: mse\n"),
     ]
     folder = root / "work" / "e" / "sim_numerics" / "diagnosis"
     return Diagnosis(
@@ -55,7 +60,8 @@ def test_failure_text_carries_the_headline_and_the_yaml_to_paste(tmp_path: Path)
     assert lines[0] == r.summary and lines[1].startswith("- [compare.cosine]")
     assert lines[2].startswith("diagnosis: quantization loss (QDQ on CPU worst cosine")
     assert "first divergence at 'b' (Conv 'conv_b')" in lines[2]
-    assert "fix: per_channel: true → worst cosine 0.145 → 0.987 — passes" in lines[2]
+    assert ("fix: per_channel: true → worst cosine 0.145 → 0.987 on the QCS6490 simulator "
+            "(QDQ on CPU worst cosine 0.151 → 0.994) — passes [no run-time cost]") in lines[2]
     pasted = text.split("paste into the export in qnn-ci.yaml:\n", 1)[1]
     pasted = pasted.split("\nconverter flags:", 1)[0]
     assert yaml.safe_load(pasted) == {"quantization": {"per_channel": True}}
@@ -75,8 +81,10 @@ def test_job_summary_from_the_result_data(tmp_path: Path) -> None:
     assert ("- **first divergence**: `b` (Conv `conv_b`): worst_channel_cosine 0 vs bound "
             "0.99, worst channel 1 cosine 0") in block
     assert "- **worst jumps**: `b` (Conv) −0.99998" in block
-    assert "  1. `per_channel: true → worst cosine 0.145 → 0.987 — passes`" in block
-    assert "  2. `act_calibration: mse → worst cosine 0.145 → 0.2 — still fails`" in block
+    assert ("  1. `per_channel: true → worst cosine 0.145 → 0.987 on the QCS6490 simulator "
+            "(QDQ on CPU worst cosine 0.151 → 0.994) — passes [no run-time cost]`") in block
+    assert ("  2. `act_calibration: mse → QDQ on CPU worst cosine 0.151 → 0.2 — fails on CPU "
+            "[no run-time cost]`") in block
     assert "```yaml\nquantization:\n  per_channel: true\n```" in block
     assert ("[layers.csv](work/e/sim_numerics/diagnosis/layers.csv) · "
             "[diagnosis.json](work/e/sim_numerics/diagnosis/diagnosis.json)") in block
@@ -96,7 +104,7 @@ def test_job_summary_from_properties_only(tmp_path: Path) -> None:
     text = "\n".join(lines)
     assert lines[0] == "**Diagnosis of `sim_numerics`**"
     assert "diagnosis: quantization loss" in text and "first divergence at 'b'" in text
-    assert "1. `per_channel: true → worst cosine 0.145 → 0.987 — passes`" in text
+    assert "1. `per_channel: true → worst cosine 0.145 → 0.987 on the QCS6490 simulator" in text
     assert "per_channel: true\n" in text and "--use_per_channel_quantization" in text
     assert "[layers.csv](work/e/sim_numerics/diagnosis/layers.csv)" in text
     assert "diagnosis: quantization loss" in terminal_table(
@@ -133,3 +141,21 @@ def test_load_feeds_reads_onnx_order(tmp_path: Path) -> None:
     np.testing.assert_array_equal(feeds["x"], x)
     with pytest.raises(ValueError):
         load_feeds({"x": tmp_path / "x.raw"}, [Expected("x", "float32", (1, 3, 4, 5))])
+
+
+def test_no_fix_says_so_plainly_everywhere(tmp_path: Path) -> None:
+    d = _diagnosis(tmp_path)
+    for r in d.recipes:
+        r.passes, r.verdict = False, "fails on the simulator"
+    d.advice = ["nothing tried passes on QCS6490; best: per_channel (worst cosine 0.987, on "
+                "the QCS6490 simulator)", "left to try: AIMET encodings for this graph",
+                "or suspect the graph: check the rewrite with `original:`"]
+    r = attach(StageResult("sim_numerics", Status.FAILED, "worst cosine 0.145",
+                           [Finding("compare.cosine", "logits: cosine 0.145 < 0.99")]), d)
+    text = r.failure_text()
+    assert "no fix: nothing tried passes on QCS6490; best: per_channel" in text
+    assert "left to try: AIMET encodings" in text and "paste into" not in text
+    block = "\n".join(markdown_block(r, root=tmp_path))
+    assert "- **no fix**: nothing tried passes on QCS6490" in block
+    assert "  - or suspect the graph" in block and "```yaml" not in block
+    assert r.properties["diagnosis.advice"].startswith("nothing tried passes on QCS6490")

@@ -54,9 +54,11 @@ def test_catalogue_lists_every_converter_calibration_and_measures_only_onnxrunti
     for method in set(CONVERTER_CALIBRATIONS) - {"min-max"}:
         c = cands[f"calibration_{method}"]
         assert c.settings == {"quantization.act_calibration": method}
-        assert c.measurable == (method in ("entropy", "percentile"))
+        assert c.measurable == (method == "percentile")
         if not c.measurable:
             assert "not measurable on the simulator path" in c.note
+    # entropy says why: onnxruntime's calibrator could only choose min-max's ranges
+    assert "128 histogram bins for 128 quantized bins" in cands["calibration_entropy"].note
     assert cands["per_channel"].settings == {"quantization.per_channel": True}
     # W8A16 by default: 16-bit activations are no recipe
     assert "act_bitwidth_16" not in cands
@@ -67,6 +69,29 @@ def test_catalogue_lists_every_converter_calibration_and_measures_only_onnxrunti
     assert "calibration_min-max" in a8 and a8["act_bitwidth_16"].settings == {
         "quantization.act_bitwidth": 16}
     assert "weights_16bit" not in a8 and LAYERS_FLOAT not in a8   # no focus layers
+
+
+def test_cost_classes_put_free_recipes_first() -> None:
+    from qnn_ci.diagnose.model import COST_16BIT, COST_FLOAT, COST_NONE
+    from qnn_ci.diagnose.recipes import cost_rank
+
+    cands = _by_name(catalogue(QuantSettings(act_bitwidth=8), get_soc("SM8550"),
+                               has_focus=True))
+    assert cands["per_channel"].cost == cands["calibration_percentile"].cost == COST_NONE
+    assert cands["act_bitwidth_16"].cost == cands["weights_16bit"].cost == COST_16BIT
+    assert cands[LAYERS_FLOAT].cost == COST_FLOAT
+    assert cost_rank(COST_NONE) < cost_rank(COST_16BIT) < cost_rank(COST_FLOAT)
+    pair = combine(cands["per_channel"], cands["weights_16bit"])
+    assert pair is not None and pair.cost == COST_16BIT            # the dearest part's
+
+
+def test_the_known_16bit_weights_rule() -> None:
+    from qnn_ci.tables import int16_weights_refusal
+
+    assert "v68 refuses" in (int16_weights_refusal(68, 16) or "")
+    assert "v69 refuses" in (int16_weights_refusal(69, 16) or "")
+    assert int16_weights_refusal(73, 16) is None and int16_weights_refusal(75, 16) is None
+    assert "only with 16-bit activations" in (int16_weights_refusal(75, 8) or "")
 
 
 @pytest.mark.parametrize("soc", [s.name for s in SOCS])
@@ -109,15 +134,26 @@ def test_flags_are_the_ones_the_converter_command_passes() -> None:
 
 def test_combine_joins_different_groups_only() -> None:
     cands = _by_name(catalogue(QuantSettings(), get_soc("SM8550"), has_focus=True))
-    both = combine(cands["per_channel"], cands["calibration_entropy"])
-    assert both is not None and both.name == "per_channel+calibration_entropy"
+    both = combine(cands["per_channel"], cands["calibration_percentile"])
+    assert both is not None and both.name == "per_channel+calibration_percentile"
     assert both.settings == {"quantization.per_channel": True,
-                             "quantization.act_calibration": "entropy"}
+                             "quantization.act_calibration": "percentile"}
     assert combine(cands["calibration_entropy"], cands["calibration_percentile"]) is None
     assert combine(cands["weights_16bit"], cands[LAYERS_FLOAT]) is None
     assert combine(cands["per_channel"], cands["calibration_mse"]) is None  # not measurable
     assert combine(both, cands["calibration_percentile"]) is None
     assert combine(both, cands["weights_16bit"]) is not None
+
+
+def test_16bit_weights_only_for_nodes_that_have_weights(collapse: Path) -> None:
+    model = onnx.load(str(collapse))
+    # flatten has no weights and no weighted producer within two nodes
+    plan = resolve_focus(model, ["flatten"])
+    assert plan.node_names == ["flatten"] and not plan.weights
+    assert int16_weight_encodings(plan, per_channel=False) == {}
+    # a weightless node two steps after a conv stands for it, named as the owner
+    plan = resolve_focus(model, ["relu_b", "gap"])
+    assert plan.weight_nodes == {"wb": "conv_b", "wc": "conv_c"}
 
 
 # ------------------------------------------------------------ focus layers
