@@ -14,7 +14,10 @@ onnxruntime CPU.
   a Relu the quantizer fused into the Conv before it) are listed as missing,
   with the node that computes the fused value where one can be named.
 - ``expose(model, names)``: a copy of the model with those tensors added as
-  graph outputs.
+  graph outputs; ``only=True``: those tensors are its only outputs and the nodes
+  they do not depend on are left out (a batch of the sweep).
+- ``tensor_specs(model)``: element type and static shape per tensor, from shape
+  inference (what the sweep sizes its batches from; ``tensor_bytes``).
 - ``run_samples(model_path, samples, names)``: the exposed values per sample,
   one sample at a time (a generator: the caller keeps metrics, not tensors).
 
@@ -51,22 +54,48 @@ def _node_label(node: onnx.NodeProto, index: int) -> str:
     return node.name or f"{node.op_type}#{index}"
 
 
-def elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Tensor name -> ONNX element type, from shape inference (best effort) and
-    the graph's own inputs, outputs and value_info."""
+Shape = tuple[int, ...]
+
+
+def tensor_specs(model: onnx.ModelProto) -> dict[str, tuple[int, Shape | None]]:
+    """Tensor name -> (ONNX element type, static shape or None), from shape
+    inference (best effort) and the graph's own inputs, outputs and value_info."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception as exc:            # a model shape inference cannot take
         log.debug("shape inference failed: %s", exc)
         inferred = model
-    types: dict[str, int] = {}
+    specs: dict[str, tuple[int, Shape | None]] = {}
     g = inferred.graph
     for vi in [*g.input, *g.output, *g.value_info]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
+            tt = vi.type.tensor_type
+            dims = tuple(d.dim_value if d.HasField("dim_value") else -1
+                         for d in tt.shape.dim) if tt.HasField("shape") else None
+            shape = dims if dims is not None and all(d >= 0 for d in dims) else None
+            specs[vi.name] = (tt.elem_type, shape)
     for init in g.initializer:
-        types[init.name] = init.data_type
-    return types
+        specs[init.name] = (init.data_type, tuple(init.dims))
+    return specs
+
+
+def elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Tensor name -> ONNX element type (``tensor_specs``)."""
+    return {k: v[0] for k, v in tensor_specs(model).items()}
+
+
+def tensor_bytes(spec: tuple[int, Shape | None] | None) -> int | None:
+    """The bytes of one tensor of that (element type, shape); None when unknown."""
+    if spec is None or spec[1] is None:
+        return None
+    try:
+        size = onnx.helper.tensor_dtype_to_np_dtype(spec[0]).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+    n = 1
+    for d in spec[1]:
+        n *= d
+    return n * size
 
 
 def float_tensors(model: onnx.ModelProto) -> list[TensorInfo]:
@@ -235,13 +264,19 @@ def _compute_node(t: str, producer: dict[str, onnx.NodeProto]) -> onnx.NodeProto
     return node
 
 
-def expose(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+def expose(model: onnx.ModelProto, names: Sequence[str], *,
+           types: dict[str, int] | None = None, only: bool = False) -> onnx.ModelProto:
     """A copy of ``model`` with ``names`` added as graph outputs (typed when shape
     inference knows their type, else untyped: onnxruntime infers it); existing
-    outputs are kept."""
+    outputs are kept. ``types``: ``elem_types(model)`` when the caller has it.
+    ``only``: ``names`` are the only outputs, and the nodes (and initializers) they
+    do not depend on are left out; every graph input stays."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    types = elem_types(model)
+    if types is None:
+        types = elem_types(model)
+    if only:
+        _keep_only(copy.graph, names)
     have = {o.name for o in copy.graph.output}
     for name in names:
         if name in have:
@@ -256,9 +291,44 @@ def expose(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
     return copy
 
 
-def save_exposed(model: onnx.ModelProto, names: Sequence[str], path: Path) -> Path:
+def _used_names(node: onnx.NodeProto) -> set[str]:
+    """The tensors a node reads: its inputs and what its subgraphs read."""
+    used = {i for i in node.input if i}
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+        for g in graphs:
+            for n in g.node:
+                used |= _used_names(n)
+    return used
+
+
+def _keep_only(g: onnx.GraphProto, names: Sequence[str]) -> None:
+    """``g`` reduced to what computes ``names``, which become its only outputs."""
+    needed = set(names)
+    keep: list[onnx.NodeProto] = []
+    for node in reversed(list(g.node)):
+        if needed.intersection(node.output):
+            keep.append(node)
+            needed |= _used_names(node)
+    kept_nodes = [onnx.NodeProto() for _ in keep]
+    for dst, src in zip(kept_nodes, reversed(keep), strict=True):
+        dst.CopyFrom(src)
+    del g.node[:]
+    g.node.extend(kept_nodes)
+    inits = [i for i in g.initializer if i.name in needed]
+    if len(inits) != len(g.initializer):
+        kept_inits = [onnx.TensorProto() for _ in inits]
+        for dst_t, src_t in zip(kept_inits, inits, strict=True):
+            dst_t.CopyFrom(src_t)
+        del g.initializer[:]
+        g.initializer.extend(kept_inits)
+    del g.output[:]
+
+
+def save_exposed(model: onnx.ModelProto, names: Sequence[str], path: Path, *,
+                 types: dict[str, int] | None = None, only: bool = False) -> Path:
     """``expose`` and write it (external data beside it when the model is large)."""
-    exposed = expose(model, names)
+    exposed = expose(model, names, types=types, only=only)
     path.parent.mkdir(parents=True, exist_ok=True)
     large = exposed.ByteSize() > 1_800_000_000
     onnx.save(exposed, str(path), save_as_external_data=large,

@@ -353,6 +353,20 @@ class LayerAccumulator:
             self._fold(self._metrics[tensor], s)
             self._seen.add(tensor)
 
+    def add_tensors(self, reference: Mapping[str, Any], test: Mapping[str, Any], *,
+                    sample: bool = False) -> None:
+        """``add`` for part of one sample's tensors: a sample may come in several
+        calls (the sweep's batches), each tensor at most once per sample; ``sample``
+        True counts the sample (in one of its calls)."""
+        if sample:
+            self.samples += 1
+        both = [i.tensor for i in self.order if i.tensor in reference and i.tensor in test]
+        stats = batch_stats([(reference[t], test[t]) for t in both], self.layout,
+                            workspace=self._workspace)
+        for tensor, s in zip(both, stats, strict=True):
+            self._fold(self._metrics[tensor], s)
+            self._seen.add(tensor)
+
     def _fold(self, m: LayerMetrics, s: TensorStats) -> None:
         if m.tensor not in self._seen:
             m.cosine, m.snr_db, m.max_abs = s.cosine, s.snr_db, s.max_abs
