@@ -78,17 +78,63 @@ class QuantizeResult:
 
 
 class _Reader:
-    """A CalibrationDataReader over in-memory feeds (duck-typed: get_next)."""
+    """A CalibrationDataReader over in-memory feeds (duck-typed: get_next), with the
+    ``__len__`` and ``set_range`` onnxruntime's strided calibration
+    (``CalibStridedMinMax``) takes: it then collects ``[start, end)`` per call, and
+    a histogram calibrator keeps only those samples' intermediate tensors."""
 
     def __init__(self, samples: Sequence[Feeds]) -> None:
         self._samples = samples              # may read from disk on access: iterate lazily
-        self._it = iter(self._samples)
+        self._range = range(len(samples))
+        self._it = iter(self._range)
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self._range = range(max(0, start_index), min(end_index, len(self._samples)))
+        self._it = iter(self._range)
 
     def get_next(self) -> Feeds | None:
-        return next(self._it, None)
+        i = next(self._it, None)
+        return None if i is None else self._samples[i]
 
     def rewind(self) -> None:
-        self._it = iter(self._samples)
+        self._it = iter(self._range)
+
+
+# Percentile's histograms merge between strided calls: one sample's intermediate
+# tensors at a time instead of every sample's (its ranges move by a bin or so).
+STRIDED = ("Percentile",)
+ENTROPY_FRACTION = 4     # entropy's tensors of every sample: at most 1/4 of what is free
+
+
+def intermediate_bytes(model: onnx.ModelProto) -> int:
+    """One sample's float intermediate tensors, in bytes (static shapes)."""
+    from qnn_ci.diagnose.intermediates import FLOAT_TYPES, tensor_bytes, tensor_specs
+
+    outs = {o for n in model.graph.node for o in n.output if o}
+    return sum(tensor_bytes(spec) or 0 for name, spec in tensor_specs(model).items()
+               if name in outs and spec[0] in FLOAT_TYPES)
+
+
+def _entropy_method(model: onnx.ModelProto, samples: int) -> tuple[str, Finding | None]:
+    """onnxruntime's entropy calibrator keeps every calibration sample's intermediate
+    tensors (its histograms may not be merged between strided calls: merged ones
+    grow past 128 bins and the KL search then clips, differently for every sample
+    order). Its ranges are min-max's (``_notes``), so when those tensors would not
+    fit, min-max calibrates: the same ranges."""
+    from qnn_ci.memory import available_bytes, human
+
+    avail = available_bytes()
+    need = intermediate_bytes(model) * samples
+    if avail is None or need <= avail // ENTROPY_FRACTION:
+        return "Entropy", None
+    msg = (f"entropy calibration would hold {human(need)} ({samples} sample(s) of every "
+           f"intermediate tensor), {human(avail)} available: calibrated by min-max, whose "
+           "ranges onnxruntime's entropy calibrator gives here anyway")
+    log.info("%s", msg)
+    return "MinMax", Finding("sim.quantize.entropy_memory", msg, Severity.INFO)
 
 
 def _quant_types(s: QuantSettings) -> tuple[Any, Any]:
@@ -142,6 +188,13 @@ def _notes(s: QuantSettings) -> list[Finding]:
         notes.append(Finding("sim.quantize.per_channel", "4-bit weights: quantized per-channel "
                              "(signed, symmetric), the only 4-bit form the HTP EP accepts",
                              Severity.WARNING))
+    if s.act_calibration and s.act_calibration.lower() == "entropy":
+        notes.append(Finding(
+            "sim.quantize.entropy", "act_calibration entropy: onnxruntime's entropy "
+            "calibrator, as its quantize API builds it, has 128 histogram bins for 128 "
+            "quantized bins (not settable through quantize_static), so its KL search can "
+            "only choose the full range: the simulator path gets the ranges of min-max; "
+            "the converter's entropy calibration may differ", Severity.WARNING))
     if s.act_calibration and s.act_calibration.lower() not in _CALIBRATION:
         notes.append(Finding("sim.quantize.calibration",
                              f"act_calibration {s.act_calibration!r} has no onnxruntime "
@@ -192,6 +245,9 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
     if keep_float:
         findings.append(_float_finding(keep_float, settings.overrides))
     method_name = _CALIBRATION.get((settings.act_calibration or "min-max").lower(), "MinMax")
+    if method_name == "Entropy":
+        method_name, memory_note = _entropy_method(model, len(samples))
+        findings += [memory_note] if memory_note is not None else []
     dst.parent.mkdir(parents=True, exist_ok=True)
     stem = dst.name.removesuffix(".onnx").removesuffix(".qdq")
     folded_path = dst.with_name(f"{stem}.float.onnx")
@@ -206,6 +262,8 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
             nodes_to_exclude=keep_float or None)
         if method_name == "Percentile" and settings.percentile is not None:
             config.extra_options["CalibPercentile"] = float(settings.percentile)
+        if method_name in STRIDED:
+            config.extra_options["CalibStridedMinMax"] = 1
         quantize(str(folded_path), str(dst), config)
     opset = next((o.version for o in onnx.load(str(dst), load_external_data=False).opset_import
                   if o.domain in ("", "ai.onnx")), None)
