@@ -17,8 +17,13 @@ The samples reach the workers through a file in the work folder, not the start-u
 pipe: ``spawn`` writes a process's arguments into a pipe whose reading end the parent
 holds open until the write ends, so a worker that dies while starting (a script
 without a ``__main__`` guard, a killed process) would leave a large write -- and the
-run -- blocked for ever. A worker that dies is logged; this process then simulates
-the samples itself.
+run -- blocked for ever. A worker that dies while starting is logged; this process
+then simulates the samples itself. A worker killed by a signal once it has taken
+samples (SIGKILL: the kernel's OOM killer, exit -9 / 137) ends the run with one
+line, ``WorkerKilled``: which worker, which signal, the sample it was running and
+the memory available when the workers started (``qnn_ci.memory``).
+QNN_CI_SIM_KILL_WORKER=N (tests) makes the first worker kill itself with SIGKILL
+as it starts simulating its N-th sample.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from qnn_ci.cores import share_of_cores
+from qnn_ci.errors import UserError
 from qnn_ci.sim.ep import capture_native_output
 from qnn_ci.sim.samples import Feeds, SampleList
 from qnn_ci.tables import SocInfo
@@ -44,6 +50,12 @@ log = logging.getLogger(__name__)
 
 Outputs = dict[str, np.ndarray]
 ENV_PROCESSES = "QNN_CI_SIM_PROCESSES"
+ENV_KILL = "QNN_CI_SIM_KILL_WORKER"        # tests: the first worker kills itself
+STARTED = "started"                        # a worker's notice: (index, STARTED, pid)
+
+
+class WorkerKilled(UserError):
+    """A simulator worker process was killed by a signal (one line: which, where)."""
 
 
 def sim_processes(samples: int, environ: dict[str, str] | None = None) -> int:
@@ -73,7 +85,13 @@ def _worker(payload_file: str, todo: Any, ctx_model: str, soc_name: str,
             payloads: dict[int, Any] = pickle.load(fh)
         session = htp_session(Path(ctx_model), sim_target(soc_name), log_path)
         names = [o.name for o in session.get_outputs()]
+        kill_at = _kill_at(core)
+        taken = 0
         while (index := todo.get()) is not None:
+            results.put((index, STARTED, os.getpid()))
+            taken += 1
+            if taken == kill_at:
+                _kill_self(results)
             payload = payloads[index]
             feeds = payload[0] if isinstance(payload, SampleList) else payload
             start = time.monotonic()
@@ -83,6 +101,22 @@ def _worker(payload_file: str, todo: Any, ctx_model: str, soc_name: str,
                          time.monotonic() - start))
     except Exception as exc:   # sent to the caller, which raises it there
         results.put((index, None, f"{type(exc).__name__}: {exc}"))
+
+
+def _kill_at(core: int | None) -> int | None:
+    """The sample (1-based, of those this worker takes) at which ``QNN_CI_SIM_KILL_WORKER``
+    asks the first worker to kill itself; None: never."""
+    asked = os.environ.get(ENV_KILL, "").strip()
+    first = multiprocessing.current_process().name.endswith("-0")
+    return int(asked) if asked.isdigit() and int(asked) > 0 and first else None
+
+
+def _kill_self(results: Any) -> None:
+    import signal
+
+    results.close()
+    results.join_thread()            # the STARTED notice is out before the kill
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _keep_to(cores: set[int]) -> set[int] | None:
@@ -149,20 +183,53 @@ def _merge_logs(log_path: Path) -> None:
         part.unlink()
 
 
+def killed_message(name: str, pid: int | None, code: int, sample: int | None, total: int,
+                   available: int | None) -> str:
+    """The one line for a worker killed by signal ``-code``."""
+    import signal
+
+    from qnn_ci.memory import human
+
+    try:
+        sig = signal.Signals(-code).name
+    except ValueError:
+        sig = f"signal {-code}"
+    why = f"{sig}: out of memory?" if -code == signal.SIGKILL else sig
+    where = (f"while running sample {sample + 1} of {total}" if sample is not None
+             else "before it ran a sample")
+    memory = (f"; {human(available)} were available when the workers started"
+              if available is not None else "")
+    return (f"the HTP simulator's worker process {name} (pid {pid}) was killed ({why}) "
+            f"{where}{memory}; give the run more memory or fewer simulator processes "
+            f"({ENV_PROCESSES}=1)")
+
+
 def _gather(procs: list[Any], results: Any, want: set[int], found: dict[int, Outputs],
-            total: int) -> float:
-    """Wait for the workers' samples ``want``; their seconds, summed."""
+            total: int, available: int | None = None) -> float:
+    """Wait for the workers' samples ``want``; their seconds, summed. A worker killed
+    by a signal: ``WorkerKilled``; one that exited otherwise: RuntimeError."""
     import queue
 
     seconds = 0.0
+    running: dict[int, int] = {}           # worker pid -> the sample it took last
     while not want <= set(found):
         try:
             index, outs, s = results.get(timeout=1.0)
         except queue.Empty:
+            for p in procs:
+                if p.exitcode is not None and p.exitcode < 0:
+                    sample = running.get(p.pid)
+                    raise WorkerKilled(killed_message(
+                        p.name, p.pid, p.exitcode,
+                        sample if sample is not None and sample not in found else None,
+                        total, available)) from None
             dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
             if dead:
                 raise RuntimeError(f"a simulator process exited with code {dead[0]} "
                                    "before its samples were done") from None
+            continue
+        if isinstance(outs, str) and outs == STARTED:
+            running[int(s)] = index
             continue
         if outs is None:
             raise RuntimeError(f"simulating sample {index + 1} failed: {s}")
@@ -216,8 +283,12 @@ class SimPool:
         self.cores: list[int] | None = None
         self.results: Any = None
         self.todo: Any = None
+        self.available: int | None = None
         if self.n <= 1:
             return
+        from qnn_ci.memory import available_bytes
+
+        self.available = available_bytes()
         log.info("simulating %d samples in up to %d processes", total, self.n)
         mp = multiprocessing.get_context("spawn")
         self.results, self.todo = mp.Queue(), mp.Queue()
@@ -275,7 +346,8 @@ class SimPool:
                     seconds += _run_here(session, samples, i, log_path, found, total)
                     here += 1
                 del session
-        seconds += _gather(self.procs, self.results, set(range(total)), found, total)
+        seconds += _gather(self.procs, self.results, set(range(total)), found, total,
+                           self.available)
         for proc in self.procs:
             if proc.exitcode not in (None, 0):
                 log.warning("simulator process %s exited with code %s; the samples were "

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.errors import UserError
 from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.stage import StageContext
 from qnn_ci.stages.diagnosis_common import guarded, progress_logger
@@ -30,6 +31,7 @@ class SimNumericsStage(SimStage):
         from qnn_ci.compare import metric_properties
         from qnn_ci.sim.ep import sim_target
         from qnn_ci.sim.numerics import simulate_and_compare
+        from qnn_ci.sim.parallel import WorkerKilled
         from qnn_ci.sim.samples import inputs_from_data, load_samples
 
         export = ctx.export
@@ -49,9 +51,13 @@ class SimNumericsStage(SimStage):
         cap = max(1, export.sim.samples)
         samples = load_samples(source, inputs_from_data(cal.data["inputs"]), limit=cap)
         qdq = npu.artefacts.get("qdq_model")
-        result = simulate_and_compare(
-            Path(npu.data["float_model"]), Path(qdq) if qdq else None,
-            Path(npu.artefacts["ctx_model"]), soc, samples, export.thresholds, ctx.workdir)
+        try:
+            result = simulate_and_compare(
+                Path(npu.data["float_model"]), Path(qdq) if qdq else None,
+                Path(npu.artefacts["ctx_model"]), soc, samples, export.thresholds,
+                ctx.workdir)
+        except WorkerKilled as exc:
+            return self._killed(exc)
         findings += result.findings
         report_path = ctx.workdir / "sim_numerics.json"
         report_path.write_text(json.dumps(result.to_dict(), indent=2, default=str), "utf-8")
@@ -75,6 +81,18 @@ class SimNumericsStage(SimStage):
             stage_result = guarded(stage_result, lambda: self._diagnose(
                 ctx, soc, result, samples, inputs_from_data(cal.data["inputs"])))
         return stage_result
+
+    def _killed(self, exc: Exception) -> StageResult:
+        """A simulator worker killed by a signal (the OOM killer's SIGKILL): an error
+        of this stage, one line naming it; never cached (it may not repeat)."""
+        from qnn_ci.pipeline import NO_CACHE
+
+        text = exc.oneline() if isinstance(exc, UserError) else str(exc)
+        msg = f"stage {self.name}: {text}"
+        log.error("%s", msg)
+        return StageResult(self.name, Status.ERROR, msg,
+                           findings=[Finding("sim.worker_killed", msg, Severity.ERROR)],
+                           data={NO_CACHE: True})
 
     def _diagnose(self, ctx: StageContext, soc: Any, numerics: Any, held_out: list[Any],
                   inputs: Any) -> Any:
