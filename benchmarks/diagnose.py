@@ -13,7 +13,14 @@ setup (exposing the tensors, building the two sessions) is printed next to it,
 with the cost for N samples. Then the recipe advisor's wall
 time per recipe (``qnn_ci.diagnose.advisor``, QDQ on CPU, no simulator).
 
-    python benchmarks/diagnose.py [--repeats 15] [--samples 4] [--no-advisor]
+Then (issue 25, bounded memory) the peak RSS of the whole process tree (every
+child's RSS summed, sampled from /proc every ~50 ms) of ``qnn-ci sim MODEL --soc
+QCS6490 --calibration LIST --test-inputs LIST`` against the same with ``--diagnose
+--budget 300``, on PP-OCRv4 det (rapidocr's ``ch_PP-OCRv4_det_infer.onnx``)
+pinned at 1x3x640x640 with rendered text pages (goal <= 1.5x), and the wall time
+per phase from the CLI's --json (``durations``, ``diagnosis.cost``).
+
+    python benchmarks/diagnose.py [--repeats 15] [--samples 4] [--no-advisor] [--no-rss]
 
 Needs onnxruntime-qnn only for the SoC table entry the advisor is given (the
 sweep and the advisor run on onnxruntime CPU); calibration is rendered text
@@ -40,6 +47,7 @@ from qnn_ci.sim.quantize import QuantSettings, quantize_for_htp
 from qnn_ci.sim.samples import inputs_of, random_samples
 
 GOAL = 3.0
+RSS_GOAL = 1.5
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -81,6 +89,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=15)   # cheap: more pairs, steadier medians
     ap.add_argument("--samples", type=int, default=4, help="calibration samples")
     ap.add_argument("--no-advisor", action="store_true")
+    ap.add_argument("--no-rss", action="store_true", help="skip the detector's peak RSS")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="qnn-ci-diagnose-") as tmp:
         work = Path(tmp)
@@ -118,6 +127,10 @@ def main() -> int:
                         f"<= {GOAL:.0f}x", pair.ratio <= GOAL, unit="x"))
         if not args.no_advisor:
             advisor(pinned, cal, [feeds], work)
+    if not args.no_rss:
+        from _rss import detector_rss
+
+        detector_rss(RSS_GOAL)
     return 0
 
 
