@@ -56,3 +56,23 @@ def text_lines(count: int) -> Iterator[dict[str, np.ndarray]]:
     rng = random.Random(6490)
     for _ in range(count):
         yield {"x": _preprocess(_render(rng))}
+
+
+DET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+DET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def text_pages(count: int, height: int = 96, width: int = 256,
+               seed: int = 7) -> Iterator[dict[str, np.ndarray]]:
+    """``count`` detector inputs {"x": float32[1, 3, height, width]}: a light page with
+    two rendered text lines, normalised the way rapidocr's detector does (ImageNet
+    mean and std); deterministic for a seed."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        page = Image.new("RGB", (width, height), (235, 235, 230))
+        for k in range(2):
+            line = _render(rng)
+            line.thumbnail((width - 10, height // 2 - 4))
+            page.paste(line, (rng.randint(0, 8), 4 + k * (height // 2)))
+        arr = (np.asarray(page, dtype=np.float32) / 255.0 - DET_MEAN) / DET_STD
+        yield {"x": arr.transpose(2, 0, 1)[np.newaxis].astype(np.float32)}

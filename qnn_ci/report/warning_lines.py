@@ -59,7 +59,7 @@ def warning_lines(texts: Iterable[str], limit: int = SHOWN) -> list[str]:
         other = len(kinds - shown_kinds)
         what = (f"of {other} other kind(s)" if other == len(kinds) else
                 f"of {len(kinds)} kind(s), {len(kinds) - other} of them shown above"
-                if other else f"of the kind(s) shown above")
+                if other else "of the kind(s) shown above")
         lines.append(f"+{sum(g.count for g in rest)} more warning(s) {what}")
     return lines
 

@@ -29,7 +29,7 @@ from qnn_ci.stage import Environment
 log = logging.getLogger(__name__)
 
 STAGE = "sim_quantize"
-VERSION = 2          # bump when quantize_for_htp's output changes for the same inputs
+VERSION = 3          # bump when quantize_for_htp's output changes for the same inputs
 QDQ, FLOAT, LOG = "model.qdq.onnx", "model.float.onnx", "quantize.log"
 
 

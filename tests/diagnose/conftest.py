@@ -31,7 +31,8 @@ class Checked:
 
 
 def check(model: Path, folder: Path, calibration: list[dict[str, Any]],
-          held_out: list[dict[str, Any]], settings: Any, *, fuse: bool = True) -> Checked:
+          held_out: list[dict[str, Any]], settings: Any, *, fuse: bool = True,
+          thresholds: Any = None) -> Checked:
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import simulate_and_compare
     from qnn_ci.sim.prepare import prepare_for_htp
@@ -43,8 +44,9 @@ def check(model: Path, folder: Path, calibration: list[dict[str, Any]],
     q = quantize_for_htp(model, folder / f"{stem}.qdq.onnx", calibration, settings, fuse=fuse)
     p = prepare_for_htp(q.model, folder, soc, stem=stem)
     assert p.prepared and p.ctx_model is not None, p.findings
-    numerics = simulate_and_compare(model, q.model, p.ctx_model, soc, held_out, Thresholds(),
-                                    folder / "numerics", processes=1)
+    numerics = simulate_and_compare(model, q.model, p.ctx_model, soc, held_out,
+                                    thresholds or Thresholds(), folder / "numerics",
+                                    processes=1)
     return Checked(model, q.model, p.ctx_model, soc, calibration, held_out, settings,
                    numerics, folder)
 
