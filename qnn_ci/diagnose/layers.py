@@ -345,13 +345,8 @@ class LayerAccumulator:
         self._workspace = Workspace()
 
     def add(self, reference: Mapping[str, Any], test: Mapping[str, Any]) -> None:
-        self.samples += 1
-        both = [i.tensor for i in self.order if i.tensor in reference and i.tensor in test]
-        stats = batch_stats([(reference[t], test[t]) for t in both], self.layout,
-                            workspace=self._workspace)
-        for tensor, s in zip(both, stats, strict=True):
-            self._fold(self._metrics[tensor], s)
-            self._seen.add(tensor)
+        """One whole sample's tensors."""
+        self.add_tensors(reference, test, sample=True)
 
     def add_tensors(self, reference: Mapping[str, Any], test: Mapping[str, Any], *,
                     sample: bool = False) -> None:
