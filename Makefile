@@ -27,6 +27,7 @@ demo: setup
 
 lint: setup
 	$(VENV)/bin/ruff check qnn_ci tests fixtures benchmarks examples
+	$(VENV)/bin/lint-imports --no-cache
 
 test: setup system lint
 	$(PY) -m pytest -n $(JOBS) -q tests

@@ -1,5 +1,5 @@
 """Synthetic run history for benchmarks: ``exports`` x ``nights`` x 3 stages, in the
-record shape ``qnn-ci history add`` writes (qnn_ci/history.py, docs/history.md).
+record shape ``qnn-ci history add`` writes (qnn_ci/nightly/history.py, docs/history.md).
 
     from _history_data import synthetic_history, write_history
     records = synthetic_history(100, 30)          # list of dicts, oldest night first

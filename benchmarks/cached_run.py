@@ -6,10 +6,10 @@ reports):
 
 - ``qnn-ci run`` on ONE cached export (goal <= 0.25 s wall);
 - ``qnn-ci run`` on N cached exports, per export (goal <= 5 ms/export);
-- ``pytest`` on N cached exports, per export (goal <= 10 ms/export), next to the
-  honest floor: bare pytest (qnn-ci's plugin off) on a generated test file with the
-  same number of passing and skipped items, in the same paired run -- pytest's own
-  per-item cost, which no plugin can go below.
+- ``pytest`` on N cached exports vs the honest floor: bare pytest (qnn-ci's plugin
+  off) on a generated test file with the same number of passing and skipped items,
+  in the same paired run -- pytest's own per-item cost (goal <= 1.3x: every qnn-ci
+  item runs pytest's own protocol, so this is what the plugin adds on top of it).
 
 The pytest runs load the plugins a venv holding qnn-ci alone loads (qnn-ci's and its
 dependencies'): plugins this dev venv has only for qnn-ci's own tests (the test
@@ -122,8 +122,10 @@ def main() -> None:
                     one.median <= 0.25, unit=" s"))
     print(goal_line(f"qnn-ci run, {n} cached exports, per export (median wall / {n})",
                     cli_per, "<= 5 ms", cli_per <= 5, unit=" ms"))
-    print(goal_line(f"pytest, {n} cached exports, per export (median wall / {n})", py_per,
-                    "<= 10 ms", py_per <= 10, unit=" ms"))
+    print(f"pytest, {n} cached exports, per export (median wall / {n}): {py_per:.1f} ms (info)")
+    ratio = f.a.median / f.b.median
+    print(goal_line(f"pytest, {n} cached exports / bare pytest, same items (paired medians)",
+                    ratio, "<= 1.3x", ratio <= 1.3, unit="x"))
 
 
 def _counts(pytest: list[str], folder: Path, env: dict[str, str]) -> tuple[int, int]:

@@ -13,7 +13,7 @@ samples, read from the same files.
 Both sides run in this process (the stage is in-process work in both shells),
 paired (bare, stage, bare, stage, ...) after one warm-up pair, median and min of
 ``--repeats``. Each stage run gets a fresh work folder, so it computes (the
-content-keyed store, ``qnn_ci.shared_results``, would otherwise hand it the previous
+content-keyed store, ``qnn_ci.engine.shared_results``, would otherwise hand it the previous
 run's samples) and its cost includes storing them for other exports.
 
 Goal: stage / bare <= 1.10. Upstream: the PP-OCRv4 detector from the rapidocr
@@ -35,10 +35,11 @@ from onnx import TensorProto, helper
 
 from qnn_ci.calibration.input_list import read_input_list
 from qnn_ci.calibration.sources import Expected, load_sample
-from qnn_ci.manifest import load_manifest
-from qnn_ci.pipeline import Pipeline
-from qnn_ci.stage import Environment, StageContext
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.stage import Environment, StageContext
+from qnn_ci.manifest.loader import load_manifest
 from qnn_ci.stages.calibration import CalibrationStage
+from qnn_ci.stages.registry import load_stages
 
 
 def downstream_model(path: Path, in_name: str) -> None:
@@ -75,7 +76,7 @@ exports:
 """)
         manifest = load_manifest(folder / "qnn-ci.yaml")
         env = Environment(workdir=folder / "work")
-        pipe = Pipeline(manifest.exports, env)
+        pipe = Pipeline(manifest.exports, env, stages=load_stages())
         for export, stage in (("det", "calibration"), ("down", "static_shapes")):
             if not pipe.result(export, stage).ok:
                 sys.exit(f"{export}::{stage} failed: {pipe.result(export, stage).summary}")

@@ -19,8 +19,8 @@ from pathlib import Path
 from _harness import NOISE_NOTE, clean_env, goal_line, paired, run_once, venv_bin
 from _workload import make_workload
 
+from qnn_ci.engine.results import StageResult, Status
 from qnn_ci.report.junit import JUnitWriter
-from qnn_ci.results import StageResult, Status
 
 
 def writer_alone(folder: Path, cases: int) -> float:

@@ -19,8 +19,8 @@ from pathlib import Path
 from _harness import NOISE_NOTE, clean_env, goal_line, timed, venv_bin
 from _history_data import synthetic_history, write_history
 
+from qnn_ci.engine.results import Finding, StageResult, Status
 from qnn_ci.report.junit import JUnitWriter, testcase
-from qnn_ci.results import Finding, StageResult, Status
 
 STAGES = ("static_shapes", "calibration", "sim_npu", "sim_numerics", "dry_run", "convert",
           "contract", "fp16_gate", "model_lib", "so_load", "htp_vs_cpu")

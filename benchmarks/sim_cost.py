@@ -37,9 +37,9 @@ from _harness import NOISE_NOTE, Paired, paired
 from qnn_ci.sim.availability import sim_unavailable, versions
 from qnn_ci.sim.check import check_htp
 from qnn_ci.sim.ep import qnn_devices, sim_target
-from qnn_ci.sim.numerics import cpu_session, htp_session
 from qnn_ci.sim.quantize import QuantSettings
 from qnn_ci.sim.samples import inputs_of, random_samples
+from qnn_ci.sim.sessions import cpu_session, htp_session
 
 MODELS = {
     "cls": ("models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (1, 3, 48, 192)),

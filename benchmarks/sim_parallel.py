@@ -75,10 +75,10 @@ def _prepare(folder: Path, model: str) -> dict[str, str]:
 def _worker(paths: dict[str, str], samples: int, out: Path) -> None:
     import onnx
 
+    from qnn_ci.engine.spec import Thresholds
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import simulate_and_compare
     from qnn_ci.sim.samples import inputs_of, random_samples
-    from qnn_ci.spec import Thresholds
 
     metas = inputs_of(onnx.load(paths["float"], load_external_data=False))
     shutil.rmtree(out, ignore_errors=True)
@@ -102,9 +102,9 @@ def main() -> int:
     if args.worker:
         _worker(json.loads(args.worker), args.samples, Path(args.out))
         return 0
-    from qnn_ci.cores import usable_cores
     from qnn_ci.sim.availability import sim_unavailable
     from qnn_ci.sim.parallel import sim_processes
+    from qnn_ci.util.cores import usable_cores
 
     if sim_unavailable():
         sys.exit(sim_unavailable())

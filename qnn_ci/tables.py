@@ -8,9 +8,9 @@ onnxruntime-qnn's simulator was observed to accept (``sim_soc_id``).
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class SocInfo:
     """One Snapdragon SoC: its ids, HTP architecture, FP16 support and VTCM size."""
 
     name: str
-    sdk_soc_id: int          # the id the SDK docs / htp config (`soc_id`) use
+    sdk_soc_id: int          # the id the SDK's HTP config uses (`soc_model` / `soc_id`)
     sim_soc_id: int | None   # the numeric `soc_model` onnxruntime-qnn accepts for it
     htp_arch: int            # 68 for v68, ...
     fp16: bool               # whether the HTP executes FP16 ops
@@ -32,19 +32,22 @@ class SocInfo:
 
 
 SOCS: tuple[SocInfo, ...] = (
-    SocInfo("QCS6490", 35, 93, 68, False, 2, aliases=("QCM6490",),
-            note="the simulator names id 35 SM7325 and id 93 QCS6490"),
+    # VTCM: ExecuTorch's qc_schema.py (formats page, section 8), and what the real
+    # simulator writes into its context binaries (vtcm_size) for every SoC here.
+    SocInfo("QCS6490", 93, 93, 68, False, 2, aliases=("QCM6490",),
+            note="SoC id 93 (35 is SM7325; the simulator agrees)"),
     SocInfo("SM7325", 35, 35, 68, False, 2),
-    SocInfo("SM8350", 30, 30, 68, False, None,
+    SocInfo("SM8350", 30, 30, 68, False, 4,
             note="vendor docs: no FP16; the simulator accepts FP16 for id 30"),
-    SocInfo("SA8295", 39, 39, 68, False, None, note="as SM8350"),
-    SocInfo("SM8450", 36, 36, 69, True, None),
-    SocInfo("SM8550", 43, 43, 73, True, None),
-    SocInfo("QCS8550", 66, 66, 73, True, None,
-            note="soc id 66: medium confidence; the simulator builds soc_type=QCS8550 arch 73"),
-    SocInfo("SM8650", 57, 57, 75, True, None),
-    SocInfo("SM8750", 69, 69, 79, True, None),
-    SocInfo("SM8850", 87, 87, 81, True, None, note="the simulator builds soc_type=SM8850 arch 81"),
+    SocInfo("SA8295", 39, 39, 68, False, 8, note="as SM8350"),
+    SocInfo("SM8450", 36, 36, 69, True, 8),
+    SocInfo("SM8550", 43, 43, 73, True, 8),
+    SocInfo("QCS8550", 66, 66, 73, True, 8,
+            note="soc id 66: medium confidence; the simulator builds soc_type=QCS8550 arch 73, "
+                 "vtcm_size 8 MiB"),
+    SocInfo("SM8650", 57, 57, 75, True, 8),
+    SocInfo("SM8750", 69, 69, 79, True, 8),
+    SocInfo("SM8850", 87, 87, 81, True, 8, note="the simulator builds soc_type=SM8850 arch 81"),
 )
 
 _BY_NAME = {s.name.upper(): s for s in SOCS} | {a.upper(): s for s in SOCS for a in s.aliases}
@@ -186,3 +189,24 @@ def int16_weights_refusal(htp_arch: int, act_bitwidth: int) -> str | None:
         return (f"HTP v{htp_arch} refuses 16-bit weights with 16-bit activations (v"
                 f"{INT16_WEIGHTS_MIN_ARCH} and newer take them)")
     return None
+
+
+# The HTP backend-extension config (`--config_file` of qnn-context-binary-generator and
+# qnn-net-run; formats page, section 8): the graph keys qnn-ci writes from the manifest's
+# `htp_config:` and their meaning (qairt-dev's HtpGraphConfig). The SDK silently ignores
+# unknown keys, so the manifest refuses them.
+HTP_GRAPH_KEYS: dict[str, str] = {
+    "vtcm_mb": "VTCM the graph may use, MiB (0 = the SoC's maximum)",
+    "O": "optimization level 1..3 (1 fastest prepare, 3 most optimal)",
+    "fp16_relaxed_precision": "float ops may run in FP16 (an HTP with FP16 only)",
+    "hvx_threads": "HVX threads",
+    "dlbc": "deep-learning bandwidth compression 0/1",
+}
+HTP_DEVICE_KEYS: dict[str, str] = {
+    "soc_model": "the SoC id (SocInfo.sdk_soc_id)",
+    "dsp_arch": "the HTP architecture, v68 ...",
+}
+HTP_OPTIMIZATION_LEVELS = (1, 2, 3)
+HTP_EXTENSIONS_LIB = "libQnnHtpNetRunExtensions.so"
+HTP_CONFIG_FILE = "htp_config.json"
+HTP_CONFIG_WRAPPER = "htp_backend_extensions.json"

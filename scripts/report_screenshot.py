@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 def _history(path: Path, junit: Path) -> None:
     """Twelve nights: the run's numbers, the cosine sliding, a board's latency."""
-    from qnn_ci import history
+    from qnn_ci.nightly import history
 
     rng = random.Random(14)
     base = {r["stage"]: r for r in history.records_from_junit(junit, commit="x")}
@@ -48,7 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "report.png")
     args = ap.parse_args()
-    from qnn_ci import baselines as bl
+    from qnn_ci.nightly import baselines as bl
     from tests.core.graphs import FLOATS_GEN, tiny_matmul_model
     from tests.core.test_html_report import MANIFEST, _cli, load_in_chromium
 

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-# PyYAML's C parser builds its events from the `yaml` module it first imported; the
-# product imports PyYAML lazily (qnn_ci.yaml_loader), and pytester's in-process runs
-# drop modules imported inside them, so a later run would re-import `yaml` and its
-# composer would no longer recognise the C parser's events. Loaded here, once.
-import qnn_ci.yaml_loader  # noqa: F401  (before any in-process pytester run)
+# PyYAML's C parser builds its events from the `yaml` module it first imported, and
+# pytester's in-process runs drop modules imported inside them, so a later run would
+# re-import `yaml` and its composer would no longer recognise the C parser's events.
+# Loaded here, once.
+import qnn_ci.manifest.yaml_lines  # noqa: F401  (before any in-process pytester run)
 
 if TYPE_CHECKING:
     from tests.sim.conftest import Unfused
@@ -167,9 +167,9 @@ def cls_held_out(cls_pinned: Path, cls_prepared: Any,
     """``cls_prepared`` simulated (in this process) against fp32 on the two held-out
     lines ``text_lines(10)[8:]``, once per run: the serial numbers the real-model
     test checks and the parallel test compares its worker's outputs with."""
+    from qnn_ci.engine.spec import Thresholds
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import simulate_and_compare
-    from qnn_ci.spec import Thresholds
 
     return once_per_run(tmp_path_factory, "cls_held_out", lambda d: simulate_and_compare(
         cls_pinned, cls_prepared.quantize.model, cls_prepared.prepare.ctx_model,
@@ -182,11 +182,11 @@ def cls_unfused_run(cls_pinned: Path, text_lines: Callable[[int], list[dict[str,
     """The classifier with BatchNormalization left unfused (tests.sim.conftest.Unfused),
     made once per run: tests/sim checks the warning and the loss, tests/diagnose
     bisects it."""
+    from qnn_ci.engine.spec import Thresholds
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import simulate_and_compare
     from qnn_ci.sim.prepare import prepare_for_htp
     from qnn_ci.sim.quantize import QuantSettings, quantize_for_htp
-    from qnn_ci.spec import Thresholds
     from tests.sim.conftest import Unfused
 
     def make(folder: Path) -> Unfused:

@@ -33,9 +33,8 @@ import math
 import re
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
-
-from qnn_ci.records import dataclass
 
 MAX_TEXT = 4_000_000          # viewer output read at most (characters)
 MAX_SAMPLES = 100_000
@@ -270,3 +269,24 @@ def timed(total_s: float, single_s: float, runs: int, *, perf_profile: str = "")
     return Latency(mean_ms, mean_ms, runs, "timed",
                    f"mean of {runs} inferences by wall-clock (a {runs}-inference run minus "
                    "a 1-inference run)", perf_profile, WALL_CLOCK)
+
+
+_INIT = re.compile(r"^\s*Init Stats\s*:", _I)
+
+
+def init_ms(viewer_text: str) -> float | None:
+    """The ``Init Stats`` section's NetRun time in ms (loading the model or context
+    binary and setting the backend up): the load time an application pays once;
+    None when the viewer printed no such section."""
+    inside = False
+    for line in viewer_text.splitlines():
+        if _INIT.match(line):
+            inside = True
+            continue
+        if inside:
+            m = _NETRUN.match(line)
+            if m:
+                return _ms(m.group(1), m.group(2))
+            if _SECTION.match(line):
+                return None
+    return None

@@ -23,22 +23,40 @@ import logging
 import os
 import posixpath
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from qnn_ci.boards.latency import Latency, parse_viewer_output, timed
 from qnn_ci.boards.netrun_failures import classify
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.errors import ToolError, UserError
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
-from qnn_ci.safe_read import read_text
+from qnn_ci.transport.base import Transport
+from qnn_ci.transport.config import BoardConfig
+from qnn_ci.util.safe_read import read_text
 
 if TYPE_CHECKING:
-    from qnn_ci.boards.netrun import BoardRun
-    from qnn_ci.spec import ExportSpec
-    from qnn_ci.stage import Environment
+    from qnn_ci.engine.spec import ExportSpec
+    from qnn_ci.engine.stage import Environment
 
 log = logging.getLogger(__name__)
+
+
+class BoardRun(Protocol):
+    """What a latency measurement needs of a board run's remote folder (the run is
+    ``qnn_ci.boards.netrun.BoardRun``, which calls in here)."""
+
+    board: BoardConfig
+    transport: Transport
+    workdir: Path
+    remote_dir: str
+    timeout: float
+    short_timeout: float
+
+    def env(self) -> dict[str, str]: ...
+
+    def net_run_argv(self, backend: str, native: bool, debug: bool = False, *,
+                     output_dir: str | None = None) -> list[str]: ...
 
 VIEWER = "qnn-profile-viewer"
 PROFILE_LOG = "qnn-profiling-data_0.log"

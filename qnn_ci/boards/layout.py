@@ -24,7 +24,7 @@ import logging
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +32,8 @@ import numpy as np
 from qnn_ci.boards.result_files import match_outputs, result_files
 from qnn_ci.calibration.sources import Expected
 from qnn_ci.compare.outputs import sanitize
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
 from qnn_ci.sdk.net_json import read_net_json
 
 log = logging.getLogger(__name__)

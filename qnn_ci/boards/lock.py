@@ -33,14 +33,13 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
-from qnn_ci.records import dataclass
 from qnn_ci.transport.base import DiskFullError, Transport
+from qnn_ci.transport.config import BoardConfig
 
 log = logging.getLogger(__name__)
 

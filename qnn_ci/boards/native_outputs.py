@@ -17,14 +17,14 @@ import math
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from qnn_ci.boards.result_files import match_outputs, result_files
 from qnn_ci.compare.outputs import NATIVE_SUFFIX, match_names
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding
+from qnn_ci.engine.results import Finding
 from qnn_ci.sdk.net_json import NetTensor, read_net_json
 
 log = logging.getLogger(__name__)

@@ -19,22 +19,22 @@ import secrets
 import shutil
 import socket
 import time
-from dataclasses import field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.boards.latency import Latency
 from qnn_ci.boards.latency_run import LatencyRequest, measure_latency
 from qnn_ci.boards.netrun_failures import classify
 from qnn_ci.boards.result_files import ExpectedOutput, check_result_files
 from qnn_ci.boards.versions import BoardVersion, read_board_version, version_findings
 from qnn_ci.calibration.input_list import parse_input_list, resolve_line
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.errors import ToolError, UserError
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
 from qnn_ci.transport.base import CommandResult, DiskFullError, Transport, TransportError
+from qnn_ci.transport.config import BoardConfig
 
 log = logging.getLogger(__name__)
 
@@ -149,22 +149,59 @@ class BoardRun:
         self.remote_dir = posixpath.join(board.work_root, f"run-{run_id()}")
         self.short_timeout = min(self.timeout, SHORT_COMMAND_S)
         self.library_remote = ""
+        self.context_remote = ""        # a context binary to run (--retrieve_context)
+        self.config_remote = ""         # the HTP backend-extension wrapper (--config_file)
         self.list_remote = ""
         self.samples = 0
         self._created = False
 
     # -- setup ---------------------------------------------------------------------
-    def prepare(self, library: Path, samples: list[dict[str, Path]], input_names: list[str],
-                header: str | None = None) -> None:
-        """Create the remote folder and push the library, inputs and input list."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.transport.mkdir(self.remote_dir)
-        self._created = True
-        inputs_dir = posixpath.join(self.remote_dir, "inputs")
-        self.transport.mkdir(inputs_dir)
+    def create(self) -> None:
+        """Create the remote folder (once)."""
+        if not self._created:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self.transport.mkdir(self.remote_dir)
+            self._created = True
+
+    def push_library(self, library: Path) -> str:
+        """Push the model library; its remote path."""
+        self.create()
         lib_name = "libmodel.so" if _SAFE.search(library.name) else library.name
         self.library_remote = posixpath.join(self.remote_dir, lib_name)
         self.transport.put(library, self.library_remote)
+        return self.library_remote
+
+    def push_context(self, binary: Path) -> str:
+        """Push a context binary: the runs load it (``--retrieve_context``), not a library."""
+        self.create()
+        name = "context.bin" if _SAFE.search(binary.name) else binary.name
+        self.context_remote = posixpath.join(self.remote_dir, name)
+        self.transport.put(binary, self.context_remote)
+        return self.context_remote
+
+    def push_htp_config(self, write: Callable[[Path, str], Path]) -> str:
+        """Write the HTP config for this run's remote folder and push it: ``write(folder,
+        remote inner path)`` writes the inner file and the wrapper into ``folder`` and
+        returns the wrapper. The HTP runs then pass ``--config_file``."""
+        self.create()
+        local = self.workdir / "htp_config"
+        local.mkdir(parents=True, exist_ok=True)
+        inner_remote = posixpath.join(self.remote_dir, "htp_config.json")
+        wrapper = write(local, inner_remote)
+        for path in sorted(local.iterdir()):
+            self.transport.put(path, posixpath.join(self.remote_dir, path.name))
+        self.config_remote = posixpath.join(self.remote_dir, wrapper.name)
+        return self.config_remote
+
+    def prepare(self, library: Path | None, samples: list[dict[str, Path]],
+                input_names: list[str], header: str | None = None) -> None:
+        """Create the remote folder and push the library (unless a context binary is
+        run), inputs and input list."""
+        self.create()
+        inputs_dir = posixpath.join(self.remote_dir, "inputs")
+        self.transport.mkdir(inputs_dir)
+        if library is not None:
+            self.push_library(library)
         # Plain paths in graph-input order: no name (sanitised or not) to get wrong.
         # Absolute paths unless the work root holds whitespace, which the
         # space-separated list cannot carry: then relative to the run folder (cwd).
@@ -196,11 +233,15 @@ class BoardRun:
         if lib is None:
             raise UserError(f"unknown backend {backend!r}; use one of "
                             f"{', '.join(BACKEND_LIBS)}")
-        argv = [self.board.net_run, "--model", self.library_remote,
+        model = (["--retrieve_context", self.context_remote] if self.context_remote
+                 else ["--model", self.library_remote])
+        argv = [self.board.net_run, *model,
                 "--backend", posixpath.join(self.board.qnn_lib_dir, lib),
                 "--input_list", self.list_remote,
                 "--output_dir",
                 output_dir or posixpath.join(self.remote_dir, f"out_{backend}")]
+        if self.config_remote and backend == "htp":
+            argv += ["--config_file", self.config_remote]
         return argv + (["--use_native_output_files"] if native else []) \
             + (["--debug"] if debug else [])
 
@@ -213,7 +254,7 @@ class BoardRun:
         res = self.transport.run(argv, timeout=self.timeout, env=self.env(),
                                  cwd=self.remote_dir)
         log_path = self.workdir / f"net_run_{backend}.log"
-        _write_log(log_path, res)
+        write_command_log(log_path, res)
         failure = classify(res, backend=backend, board=self.board.name,
                            net_run=self.board.net_run, timeout=self.timeout)
         outcome = BackendOutcome(backend, failure is None, res.exit_code, res.timed_out,
@@ -274,18 +315,23 @@ class BoardRun:
                         exc_info=True)
 
 
-def run_on_board(transport: Transport, board: BoardConfig, *, library: Path,
+def run_on_board(transport: Transport, board: BoardConfig, *, library: Path | None,
                  input_list: Path, input_names: list[str],
                  backends: tuple[str, ...] = ("cpu", "htp"), native: bool = False,
                  workdir: Path, timeout: float | None = None,
                  max_samples: int | None = None, library_sdk_version: str | None = None,
                  expected_outputs: list[ExpectedOutput] | None = None,
-                 debug: bool = False, latency: LatencyRequest | None = None) -> NetRunResult:
+                 debug: bool = False, latency: LatencyRequest | None = None,
+                 context: Path | None = None,
+                 htp_config: Callable[[Path, str], Path] | None = None) -> NetRunResult:
     """Push, run every backend, pull, check the result files, clean up. With
     ``debug`` every backend runs with ``--debug`` (per-layer outputs; pass
     ``expected_outputs`` so only the graph outputs are checked). With ``latency``,
     once the HTP backend ran clean, its latency is measured
-    (``qnn_ci.boards.latency_run``; problems there are warnings).
+    (``qnn_ci.boards.latency_run``; problems there are warnings). With ``context``
+    the runs load that context binary (``--retrieve_context``) instead of
+    ``library``; with ``htp_config`` (see ``BoardRun.push_htp_config``) the HTP runs
+    pass ``--config_file``.
 
     Raises UserError for a bad local input list; a board problem (unreachable,
     load failure, timeout, bad output) is a Finding in the result."""
@@ -295,6 +341,10 @@ def run_on_board(transport: Transport, board: BoardConfig, *, library: Path,
                           library_sdk_version=library_sdk_version)
     try:
         run.prepare(library, samples, input_names, header)
+        if context is not None:
+            run.push_context(context)
+        if htp_config is not None:
+            run.push_htp_config(htp_config)
         result.board_version = read_board_version(transport, board,
                                                   timeout=run.short_timeout)
         result.findings += version_findings(board, result.board_version, library_sdk_version)
@@ -348,7 +398,7 @@ def local_result_path(rel: str, top: str) -> tuple[str, ...] | None:
     return (parts[result], *parts[1:result], *parts[result + 1:])
 
 
-def _write_log(path: Path, res: CommandResult) -> None:
+def write_command_log(path: Path, res: CommandResult) -> None:
     path.write_text(
         f"$ {' '.join(res.argv)}\nexit status: {res.exit_code}"
         f"{' (timed out)' if res.timed_out else ''}\n--- stdout\n{res.stdout}\n"

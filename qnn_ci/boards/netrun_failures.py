@@ -7,8 +7,8 @@ any non-zero status is a failure; the class comes from the tool's own messages.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from qnn_ci.records import dataclass
 from qnn_ci.transport.base import CommandResult
 
 # (check id, patterns, what it means for the user) — first match wins.
@@ -21,6 +21,16 @@ _CLASSES: tuple[tuple[str, tuple[str, ...], str], ...] = (
                             r"Unsupported SoC model"),
      "the QNN backend library could not be loaded: check qnn_lib_dir, LD_LIBRARY_PATH "
      "and (for HTP) the skel libraries / ADSP_LIBRARY_PATH in the board's env"),
+    ("board.context_version", (r"context from binary.*\berr(?:or)?\s*:?\s*5000\b",
+                               r"Failed to get context binary info"),
+     "the board's QNN runtime refused the context binary (error 5000): it was built by a "
+     "newer QNN than the board's runtime, or for another device; build it with the "
+     "board's own QNN (the context_binary stage does) or update the board's runtime"),
+    ("board.context_load", (r"Could not create context from binary",
+                            r"Failed to create context from binary", r"\b0x138d\b"),
+     "the context binary could not be loaded (error 5005 / 0x138d): it was built for "
+     "another HTP architecture or asks for more VTCM than this device has; check "
+     "target.soc and htp_config.vtcm_mb, then rebuild it"),
     ("board.load_model", (r"Could not load model",),
      "the model library could not be loaded: check the lib target (-t) matches the "
      "board and that it was built with the board's QNN SDK"),

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from qnn_ci.compare.outputs import NATIVE_SUFFIX, RESULT_DIR, match_names
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding
+from qnn_ci.engine.results import Finding
 
 _CHUNK = 4 * 1024 * 1024   # elements per NaN-scan chunk
 

@@ -8,11 +8,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnn_ci.spec import ExportSpec
+from qnn_ci.engine.spec import ExportSpec
 
 if TYPE_CHECKING:   # the boards, the lock and the transports: when a board is used, not at load
-    from qnn_ci.boards.config import BoardConfig
     from qnn_ci.transport.base import Transport
+    from qnn_ci.transport.config import BoardConfig
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def board_problem(export: ExportSpec, boards: Mapping[str, Any],
 
 def resolve_board(export: ExportSpec, boards: Mapping[str, Any],
                   board_override: str | None) -> BoardConfig:
-    from qnn_ci.boards.config import BoardConfig  # configured boards hold them already
+    from qnn_ci.transport.config import BoardConfig  # configured boards hold them already
 
     name = board_name(export, board_override)
     problem = board_problem(export, boards, board_override)

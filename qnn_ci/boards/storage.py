@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from qnn_ci.boards.config import BoardConfig
-from qnn_ci.results import Finding, Severity
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.transport.base import Transport
+from qnn_ci.transport.config import BoardConfig
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
+from dataclasses import dataclass
 
-from qnn_ci.boards.config import BoardConfig
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.transport.base import Transport
+from qnn_ci.transport.config import BoardConfig
 
 log = logging.getLogger(__name__)
 

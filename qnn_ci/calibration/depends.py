@@ -6,7 +6,7 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-from qnn_ci.cache import file_digest
+from qnn_ci.engine.cache import file_digest
 from qnn_ci.errors import UserError
 
 

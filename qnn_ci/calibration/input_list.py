@@ -7,12 +7,12 @@ Raw files are headerless little-endian dumps in the input's exact dtype.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnn_ci.calibration.list_tokens import check_list_path, check_names
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
 
 if TYPE_CHECKING:   # numpy only when arrays are read or written (cached runs skip it)
     import numpy as np

@@ -1,7 +1,7 @@
 """Making the calibration samples: the ``calibration`` stage's work when it runs --
 from an input list, a generator or another export's outputs -- and storing them for,
 or taking them from, other exports with the same content key
-(``qnn_ci.shared_results``).
+(``qnn_ci.engine.shared_results``).
 
 Apart from ``qnn_ci.stages.calibration`` (the stage's declaration and cache key), so
 that a cached run, which only computes keys, does not import what making samples
@@ -26,13 +26,13 @@ from qnn_ci.calibration.sources import (
 )
 from qnn_ci.calibration.state_inputs import state_inputs
 from qnn_ci.calibration.validate import SYNTHETIC_SIGNS, SyntheticCheck, validate_input_list
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.shared_results import Claim
+from qnn_ci.engine.spec import CalibrationSpec
+from qnn_ci.engine.stage import StageContext
+from qnn_ci.engine.warning_lines import warning_properties, warning_texts
 from qnn_ci.errors import UserError
-from qnn_ci.model_signature import TensorIO
-from qnn_ci.report.warning_lines import warning_properties, warning_texts
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.shared_results import Claim
-from qnn_ci.spec import CalibrationSpec
-from qnn_ci.stage import StageContext
+from qnn_ci.model.tensors import TensorIO
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,12 @@ import os
 import site
 import sys
 import sysconfig
-from dataclasses import field
+from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 
 import qnn_ci
-from qnn_ci.cache import file_digest
-from qnn_ci.records import dataclass
+from qnn_ci.engine.cache import file_digest
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +303,7 @@ def package_versions(top_level: tuple[str, ...], memo_root: Path | None = None
     """``{distribution: version}`` for the third-party top-level modules (installed
     versions are read once per process; with ``memo_root``, remembered on disk until
     a package is installed or removed)."""
-    from qnn_ci.memo import Memo, memo_key
+    from qnn_ci.util.memo import Memo, memo_key
 
     key = memo_key("package_versions", "1", _installed_state(), "\n".join(sorted(top_level)))
     if key in _VERSIONS:           # this process read them under the same installed state

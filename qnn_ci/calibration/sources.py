@@ -10,13 +10,13 @@ import logging
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.calibration.input_list import read_raw, write_raw
 from qnn_ci.calibration.project_modules import import_closure, refresh, remember
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class UpstreamRunner:
                  name_map: dict[str, str]) -> None:
         import onnxruntime as ort
 
-        from qnn_ci.cores import limit_threads
+        from qnn_ci.util.cores import limit_threads
 
         so = limit_threads(ort.SessionOptions())
         so.log_severity_level = 3

@@ -19,10 +19,10 @@ Detected pairs are said in an INFO finding, never silently."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
+from qnn_ci.engine.results import Finding, Severity
 
 _PREFIXES = (("in_", "out_"), ("input_", "output_"), ("past_key_values.", "present."),
              ("past_key_values_", "present_"), ("past.", "present."), ("past_", "present_"))

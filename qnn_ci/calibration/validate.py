@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.calibration.input_list import explain_split, parse_input_list, resolve_line
 from qnn_ci.calibration.list_tokens import UnwritableInputList, check_names
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.errors import UserError
-from qnn_ci.model_signature import TensorIO
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
+from qnn_ci.model.tensors import TensorIO
 
 if TYPE_CHECKING:   # numpy only when a list is validated (cached runs skip it)
     import numpy as np

@@ -7,7 +7,7 @@ when their command runs, so ``qnn-ci --help`` stays fast.
 Exit status everywhere: 0 clean, 1 findings / failures, 2 bad input (one line),
 3 internal error (a bug in qnn-ci: one line on stderr, the traceback in
 ``<workdir>/qnn-ci-internal-error-*.log`` or a temporary file), 130 SIGINT,
-143 SIGTERM (see ``qnn_ci.interrupts``), 141 a closed output pipe.
+143 SIGTERM (see ``qnn_ci.cli.interrupts``), 141 a closed output pipe.
 
 A closed pipe (``qnn-ci run --json | head -1``) ends the command quietly, as
 git does: nothing on stderr, exit status 141 (128 + SIGPIPE, what the shell
@@ -28,10 +28,10 @@ import select
 import sys
 from pathlib import Path
 
-from qnn_ci import __version__, interrupts
+from qnn_ci import __version__
+from qnn_ci.cli import interrupts
+from qnn_ci.engine.internal_error import EXIT_INTERNAL, InternalError, oneline, write_log
 from qnn_ci.errors import UserError
-from qnn_ci.heap import freeze_at_exit
-from qnn_ci.internal_error import EXIT_INTERNAL, InternalError, oneline, write_log
 
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inputs": ("qnn_ci.cli.inputs_cmd", "validate an input list (calibration / qnn-net-run)"),
     "namespace": ("qnn_ci.cli.namespace_cmd", "read the converter's recorded argument list back"),
     "fp16": ("qnn_ci.cli.fp16_cmd", "count FP16 tensors in converter output; gate on the SoC"),
+    "context-info": ("qnn_ci.cli.context_info_cmd",
+                     "what a context binary says it is: SoC, HTP arch, VTCM, I/O"),
+    "htp-config": ("qnn_ci.cli.htp_config_cmd",
+                   "print the HTP config qnn-ci would write for a SoC"),
     "encodings": ("qnn_ci.cli.encodings_cmd", "read AIMET .encodings and check coverage"),
     "sim": ("qnn_ci.cli.sim_cmd", "prepare (and run) a model on onnxruntime-qnn's HTP simulator"),
     "compare": ("qnn_ci.cli.compare_cmd", "compare two sets of outputs with per-output thresholds"),
@@ -79,7 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    freeze_at_exit()    # the process ends without tearing its heap down (qnn_ci.heap)
     with interrupts.stop_on_signals():
         try:
             try:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import find_manifests
-from qnn_ci.session import (
+from qnn_ci.manifest.loader import find_manifests
+from qnn_ci.runner.session import (
     DEFAULT_WORKDIR,
     Opened,
     Options,
@@ -45,8 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qnn_ci.baselines import write_for_manifest
-    from qnn_ci.pipeline import STAGE_ORDER
+    from qnn_ci.engine.stage import STAGE_ORDER
+    from qnn_ci.nightly.baselines import write_for_manifest
 
     paths = find_manifests(args.manifests)
     stages = [s for s in STAGE_ORDER if s != "regression"]

@@ -11,7 +11,7 @@ from qnn_ci.compare.compare import Comparison, OutputResult, compare_sets
 from qnn_ci.compare.outputs import load_output_set, parse_shape
 from qnn_ci.compare.resolution import steps_from_tokens
 from qnn_ci.compare.thresholds import apply_thresholds
-from qnn_ci.results import Severity
+from qnn_ci.engine.results import Severity
 
 EPILOG = """\
 A and B: a qnn-net-run output folder (Result_N/...), one Result_N folder, a

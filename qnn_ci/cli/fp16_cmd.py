@@ -13,8 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from qnn_ci.engine.results import Severity
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,8 +15,8 @@ import json
 import math
 from pathlib import Path
 
-from qnn_ci import history, regression, trends
 from qnn_ci.errors import UserError
+from qnn_ci.nightly import history, regression, trends
 
 DEFAULT_DB = Path("history.jsonl")
 
@@ -92,7 +92,7 @@ def _manifest_tolerances(paths: list[Path]) -> dict[str, dict[str, float]]:
     """export -> its ``regression.tolerances`` (the first manifest naming it wins)."""
     if not paths:
         return {}
-    from qnn_ci.manifest import load_manifest
+    from qnn_ci.manifest.loader import load_manifest
 
     out: dict[str, dict[str, float]] = {}
     for path in paths:

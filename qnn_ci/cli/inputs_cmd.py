@@ -9,7 +9,7 @@ from pathlib import Path
 from qnn_ci.calibration.validate import validate_input_list
 from qnn_ci.cli.dims import parse_dims
 from qnn_ci.errors import UserError
-from qnn_ci.onnx_io import graph_inputs, load_model
+from qnn_ci.model.onnx_io import graph_inputs, load_model
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

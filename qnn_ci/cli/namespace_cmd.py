@@ -84,12 +84,12 @@ def sibling(path: Path) -> Path | None:
 
 def check_integer_inputs(file: Path, model: Path, rec: ConverterRecord) -> list[Any]:
     """``QuantizedInput`` problems of ``model``'s integer inputs in ``file`` and its sibling."""
-    from qnn_ci.onnx_io import load_model
-    from qnn_ci.safe_read import open_regular
+    from qnn_ci.model.onnx_io import load_model
     from qnn_ci.sdk.cpp_model import read_cpp_model
     from qnn_ci.sdk.integer_inputs import check_outputs, integer_inputs_of, overrides_names
     from qnn_ci.sdk.net_json import read_net_json
     from qnn_ci.sdk.record import looks_like_json
+    from qnn_ci.util.safe_read import open_regular
 
     wanted = integer_inputs_of(load_model(model))
     if not wanted:

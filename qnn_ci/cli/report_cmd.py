@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qnn_ci.defaults import DEFAULT_WORKDIR
 from qnn_ci.errors import UserError
+from qnn_ci.manifest.defaults import DEFAULT_WORKDIR
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         one = read_junit(path)
         primary.entries += one.entries
         primary.notes += one.notes
-    from qnn_ci.manifest import find_manifests
+    from qnn_ci.manifest.loader import find_manifests
 
     manifests = find_manifests(args.manifest)
     for path in manifests:

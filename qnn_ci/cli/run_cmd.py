@@ -8,16 +8,18 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnn_ci import interrupts
+from qnn_ci.cli import interrupts
+from qnn_ci.engine.internal_error import EXIT_INTERNAL, InternalError, crash_log, oneline, write_log
+from qnn_ci.engine.pipeline import Event
+from qnn_ci.engine.results import Finding, StageResult, Status
+from qnn_ci.engine.stage import STAGE_ORDER
+from qnn_ci.engine.warning_lines import warning_properties, warning_texts, warnings_report
 from qnn_ci.errors import UserError
-from qnn_ci.internal_error import EXIT_INTERNAL, InternalError, crash_log, oneline, write_log
-from qnn_ci.manifest import find_manifests
-from qnn_ci.pipeline import STAGE_ORDER, Event
-from qnn_ci.records import dataclass
+from qnn_ci.manifest.loader import find_manifests
 from qnn_ci.report.changed_summary import changed_heading
 from qnn_ci.report.summary import (
     Row,
@@ -26,9 +28,7 @@ from qnn_ci.report.summary import (
     run_annotation,
     terminal_table,
 )
-from qnn_ci.report.warning_lines import warning_properties, warning_texts, warnings_report
-from qnn_ci.results import Finding, StageResult, Status
-from qnn_ci.session import (
+from qnn_ci.runner.session import (
     DEFAULT_WORKDIR,
     Opened,
     Options,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qnn_ci.manifest import schema
+from qnn_ci.manifest.loader import schema
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.check:
-        from qnn_ci.manifest import load_manifest
+        from qnn_ci.manifest.loader import load_manifest
 
         m = load_manifest(args.check)
         print(f"{m.path}: valid ({len(m.exports)} export(s): "

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from qnn_ci.engine.results import Severity
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity
 from qnn_ci.shapes import ShapeReport, analyse_and_pin
 from qnn_ci.shapes.report import TensorShapeInfo, format_dims
 

@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.engine.results import Severity
 from qnn_ci.errors import UserError
-from qnn_ci.listing import cut_text, shown
-from qnn_ci.results import Severity
+from qnn_ci.util.listing import cut_text, shown
 
 EPILOG = """\
 Without --calibration the model is quantized with RANDOM data: the prepare
@@ -77,7 +77,7 @@ def _pin(model_path: Path, dims_args: list[str], out_dir: Path) -> Path:
     import onnx
 
     from qnn_ci.cli.dims import parse_dims
-    from qnn_ci.onnx_io import graph_inputs, load_model
+    from qnn_ci.model.onnx_io import graph_inputs, load_model
     from qnn_ci.shapes.pin import (
         dim_suggestion,
         drop_stale_shapes,
@@ -88,7 +88,7 @@ def _pin(model_path: Path, dims_args: list[str], out_dir: Path) -> Path:
     )
 
     model = load_model(model_path)
-    from qnn_ci.prequantized import refuse_quantized
+    from qnn_ci.model.prequantized import refuse_quantized
 
     refuse_quantized(model, file=model_path)    # name the user's file, not a pinned copy
     ios = graph_inputs(model)

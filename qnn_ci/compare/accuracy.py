@@ -24,7 +24,7 @@ import numpy as np
 from qnn_ci.compare.compare import size_findings
 from qnn_ci.compare.metrics import DEFAULT_CHUNK, iter_chunks
 from qnn_ci.compare.outputs import OutputSet, pair_outputs, pair_samples
-from qnn_ci.results import Finding, Severity
+from qnn_ci.engine.results import Finding, Severity
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,10 +20,9 @@ from qnn_ci.compare.outputs import (
 )
 from qnn_ci.compare.resolution import resolve_steps
 from qnn_ci.compare.thresholds import MIN_METRICS, evaluate, failed_metrics, resolve_bounds
-from qnn_ci.listing import cut_text
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
-from qnn_ci.spec import Thresholds
+from qnn_ci.engine.results import Finding, Severity
+from qnn_ci.engine.spec import Thresholds
+from qnn_ci.util.listing import cut_text
 
 log = logging.getLogger(__name__)
 

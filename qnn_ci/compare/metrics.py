@@ -26,13 +26,12 @@ import logging
 import math
 import mmap
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from qnn_ci.compare.resolution import near_zero_reason
-from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 

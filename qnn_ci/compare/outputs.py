@@ -23,16 +23,15 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.errors import UserError
-from qnn_ci.listing import cut_text
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
-from qnn_ci.safe_read import check_regular
+from qnn_ci.util.listing import cut_text
+from qnn_ci.util.safe_read import check_regular
 
 log = logging.getLogger(__name__)
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from qnn_ci.compare.metrics import OutputMetrics
 from qnn_ci.compare.outputs import match_names
+from qnn_ci.engine.results import Finding, Severity
+from qnn_ci.engine.spec import Thresholds
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
-from qnn_ci.spec import Thresholds
 
 MIN_METRICS = ("cosine", "snr", "psnr")
 MAX_METRICS = ("max_abs", "mean_abs")
@@ -80,7 +80,7 @@ def parse_threshold(token: str) -> ThresholdSetting:
 
 
 def apply_thresholds(tokens: Iterable[str], base: Thresholds | None = None) -> Thresholds:
-    """``base`` (default: qnn_ci.spec defaults, cosine >= 0.99) overridden by tokens."""
+    """``base`` (default: qnn_ci.engine.spec defaults, cosine >= 0.99) overridden by tokens."""
     base = base or Thresholds()
     default = dict(base.default)
     per_output = {k: dict(v) for k, v in base.per_output.items()}

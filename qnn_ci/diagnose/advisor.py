@@ -69,10 +69,10 @@ from qnn_ci.diagnose.recipes import (
     flags_for,
     yaml_for,
 )
+from qnn_ci.engine.spec import Thresholds
 from qnn_ci.errors import UserError
 from qnn_ci.sim.quantize import QuantSettings
 from qnn_ci.sim.samples import Feeds
-from qnn_ci.spec import Thresholds
 from qnn_ci.tables import SocInfo, int16_weights_refusal
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,8 @@ class _Advisor:
 
     # -- the steps ---------------------------------------------------------------
     def reference(self) -> None:
-        from qnn_ci.sim.numerics import cpu_session, file_key, run_all, write_outputs
+        from qnn_ci.sim.numerics import file_key, write_outputs
+        from qnn_ci.sim.sessions import cpu_session, run_all
 
         shutil.rmtree(self.root / "reference", ignore_errors=True)
         ref, _ = run_all(cpu_session(self.float_model), self.held_out)

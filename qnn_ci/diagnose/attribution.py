@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from qnn_ci.diagnose.model import BOTH, HTP, NONE, QUANTIZATION
-from qnn_ci.records import dataclass
 
 CLEARLY_WORSE = 2.0          # the target's error must exceed the reference's by this factor
 MIN_METRICS = ("cosine", "snr", "psnr")

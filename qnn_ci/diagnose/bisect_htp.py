@@ -26,7 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,6 @@ from qnn_ci.diagnose.intermediates import (
 from qnn_ci.diagnose.layers import LayerAccumulator, crossing
 from qnn_ci.diagnose.model import FirstDivergence, LayerMetrics
 from qnn_ci.diagnose.sweep import align
-from qnn_ci.records import dataclass
 from qnn_ci.tables import SocInfo
 
 log = logging.getLogger(__name__)
@@ -82,8 +81,8 @@ class _Prober:
 
     def run(self, names: Sequence[str]) -> dict[str, np.ndarray] | str:
         """Values of ``names`` on the simulator, or why the run could not be made."""
-        from qnn_ci.sim.numerics import htp_session
         from qnn_ci.sim.prepare import prepare_for_htp
+        from qnn_ci.sim.sessions import htp_session
 
         self.runs += 1
         folder = self.work_dir / f"round_{self.runs}"

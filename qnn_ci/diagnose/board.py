@@ -25,14 +25,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qnn_ci.diagnose.model import NONE, Diagnosis
-from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -192,17 +191,20 @@ def layer_report(*, model: Path, feeds: dict[str, np.ndarray], result_dir: Path,
 
 def debug_run(*, transport: Any, board: Any, library: Path, input_list: Path,
               input_names: list[str], workdir: Path, expected: list[Any] | None,
-              library_sdk_version: str | None = None) -> tuple[Path | None, list[str], float]:
-    """Run the HTP backend with ``--debug`` on the list's FIRST sample: (the pulled
-    ``Result_0`` folder or None, problems, seconds)."""
+              library_sdk_version: str | None = None,
+              htp_config: Callable[[Path, str], Path] | None = None
+              ) -> tuple[Path | None, list[str], float]:
+    """Run the HTP backend with ``--debug`` on the list's FIRST sample, with the
+    export's HTP config when it gives one: (the pulled ``Result_0`` folder or None,
+    problems, seconds)."""
     from qnn_ci.boards.netrun import run_on_board
-    from qnn_ci.results import Severity
+    from qnn_ci.engine.results import Severity
 
     started = time.monotonic()
     nr = run_on_board(transport, board, library=library, input_list=input_list,
                       input_names=input_names, backends=("htp",), workdir=workdir,
                       max_samples=1, library_sdk_version=library_sdk_version,
-                      expected_outputs=expected, debug=True)
+                      expected_outputs=expected, debug=True, htp_config=htp_config)
     took = time.monotonic() - started
     problems = [f.message for f in nr.findings if f.severity == Severity.ERROR]
     out = nr.output_dir("htp")

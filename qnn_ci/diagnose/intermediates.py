@@ -16,8 +16,6 @@ onnxruntime CPU.
 - ``expose(model, names)``: a copy of the model with those tensors added as
   graph outputs; ``only=True``: those tensors are its only outputs and the nodes
   they do not depend on are left out (a batch of the sweep).
-- ``tensor_specs(model)``: element type and static shape per tensor, from shape
-  inference (what the sweep sizes its batches from; ``tensor_bytes``).
 - ``run_samples(model_path, samples, names)``: the exposed values per sample,
   one sample at a time (a generator: the caller keeps metrics, not tensors).
 
@@ -31,22 +29,19 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto
 
-from qnn_ci.cores import limit_threads
 from qnn_ci.diagnose.layers import TensorInfo
-from qnn_ci.records import dataclass
+from qnn_ci.model.sizes import FLOAT_TYPES, tensor_specs
+from qnn_ci.util.cores import limit_threads
 
 log = logging.getLogger(__name__)
 
-FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE,
-               TensorProto.BFLOAT16)
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
@@ -54,48 +49,9 @@ def _node_label(node: onnx.NodeProto, index: int) -> str:
     return node.name or f"{node.op_type}#{index}"
 
 
-Shape = tuple[int, ...]
-
-
-def tensor_specs(model: onnx.ModelProto) -> dict[str, tuple[int, Shape | None]]:
-    """Tensor name -> (ONNX element type, static shape or None), from shape
-    inference (best effort) and the graph's own inputs, outputs and value_info."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception as exc:            # a model shape inference cannot take
-        log.debug("shape inference failed: %s", exc)
-        inferred = model
-    specs: dict[str, tuple[int, Shape | None]] = {}
-    g = inferred.graph
-    for vi in [*g.input, *g.output, *g.value_info]:
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            tt = vi.type.tensor_type
-            dims = tuple(d.dim_value if d.HasField("dim_value") else -1
-                         for d in tt.shape.dim) if tt.HasField("shape") else None
-            shape = dims if dims is not None and all(d >= 0 for d in dims) else None
-            specs[vi.name] = (tt.elem_type, shape)
-    for init in g.initializer:
-        specs[init.name] = (init.data_type, tuple(init.dims))
-    return specs
-
-
 def elem_types(model: onnx.ModelProto) -> dict[str, int]:
     """Tensor name -> ONNX element type (``tensor_specs``)."""
     return {k: v[0] for k, v in tensor_specs(model).items()}
-
-
-def tensor_bytes(spec: tuple[int, Shape | None] | None) -> int | None:
-    """The bytes of one tensor of that (element type, shape); None when unknown."""
-    if spec is None or spec[1] is None:
-        return None
-    try:
-        size = onnx.helper.tensor_dtype_to_np_dtype(spec[0]).itemsize
-    except (KeyError, TypeError, ValueError):
-        return None
-    n = 1
-    for d in spec[1]:
-        n *= d
-    return n * size
 
 
 def float_tensors(model: onnx.ModelProto) -> list[TensorInfo]:

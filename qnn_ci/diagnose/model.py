@@ -8,10 +8,8 @@ No numpy here: these are plain values, JSON-able through ``to_dict``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from qnn_ci.records import dataclass
 
 # attribution values (stable, documented in docs/diagnosis.md)
 QUANTIZATION = "quantization"   # the QDQ model on CPU is already as bad as the HTP

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from qnn_ci.compare.outputs import NATIVE_SUFFIX, sanitize
-from qnn_ci.records import dataclass
 
 _NON_WORD_CHAR = re.compile(r"\W")
 

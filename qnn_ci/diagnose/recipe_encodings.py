@@ -24,7 +24,7 @@ import json
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,9 @@ import onnx
 from onnx import numpy_helper
 
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
-from qnn_ci.safe_read import load_json, read_text
 from qnn_ci.sdk.encodings import ENCODINGS_CAP, ENCODINGS_HINT, read_encodings
 from qnn_ci.tables import BIAS_INPUTS, WEIGHTED_OPS
+from qnn_ci.util.safe_read import load_json, read_text
 
 log = logging.getLogger(__name__)
 

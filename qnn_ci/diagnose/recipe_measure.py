@@ -26,9 +26,9 @@ from typing import Any
 
 from qnn_ci.compare import compare_sets, load_output_set
 from qnn_ci.compare.thresholds import MIN_METRICS
+from qnn_ci.engine.spec import Thresholds
 from qnn_ci.sim.quantize import QuantizeResult, QuantSettings
 from qnn_ci.sim.samples import Feeds
-from qnn_ci.spec import Thresholds
 from qnn_ci.tables import SocInfo
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,8 @@ def screen(qdq_model: Path, held_out: Sequence[Feeds], ref_dir: Path,
            expected: dict[str, tuple[str, tuple[int, ...]]], thresholds: Thresholds,
            folder: Path) -> Any:
     """The QDQ model on onnxruntime CPU against fp32 (its outputs in ``ref_dir``)."""
-    from qnn_ci.sim.numerics import cpu_session, output_steps, run_all, write_outputs
+    from qnn_ci.sim.numerics import output_steps, write_outputs
+    from qnn_ci.sim.sessions import cpu_session, run_all
 
     outputs, _ = run_all(cpu_session(qdq_model), held_out)
     test_dir = write_outputs(folder / "qdq_cpu", outputs)

@@ -33,14 +33,13 @@ same manifest keys (the long, 2.25+ names).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from qnn_ci.diagnose.model import COST_16BIT, COST_FLOAT, COST_NONE, COSTS
-from qnn_ci.records import dataclass
 from qnn_ci.tables import SocInfo
 
 # manifest key -> (QuantSettings field, converter flag); flags as converter_cmd spells them

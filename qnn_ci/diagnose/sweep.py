@@ -6,7 +6,7 @@ The cheap path for a quantization loss: two CPU sessions with the intermediates
 exposed, no simulator. Memory stays bounded: the tensors (in topological order)
 are split into batches whose exposed bytes per sample (both sides: the float
 tensor and the QDQ model's integer tensor, from static shapes) stay under a
-budget -- a quarter of the memory available (``qnn_ci.memory``, cgroup limits
+budget -- a quarter of the memory available (``qnn_ci.util.memory``, cgroup limits
 included), at most ``BATCH_CAP``. Each batch is one pair of exposed models (only
 the nodes its tensors need) and sessions, run over every sample, its metrics
 folded into the one ``LayerAccumulator``; one batch's sessions are alive at a
@@ -22,14 +22,13 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from qnn_ci.cores import share_of_cores
 from qnn_ci.diagnose.intermediates import (
     Dequant,
     QuantizedNames,
@@ -37,12 +36,11 @@ from qnn_ci.diagnose.intermediates import (
     float_tensors,
     quantized_names,
     save_exposed,
-    tensor_bytes,
-    tensor_specs,
 )
 from qnn_ci.diagnose.layers import LayerAccumulator, LayerReport, TensorInfo
-from qnn_ci.memory import MiB, available_bytes, human
-from qnn_ci.records import dataclass
+from qnn_ci.model.sizes import tensor_bytes, tensor_specs
+from qnn_ci.util.cores import share_of_cores
+from qnn_ci.util.memory import MiB, available_bytes, human
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +50,10 @@ Gives = list[tuple[str, Dequant | None]]   # the float tensors one exposed QDQ t
 BATCH_CAP = 512 * MiB            # exposed bytes per sample and batch, at most
 BATCH_FRACTION = 4               # ... and at most this fraction of the memory available
 FOLD_ELEMENTS = 16 * 1024 * 1024  # dequantized elements folded per call (bounded copies)
+
+
+def _available_text(avail: int | None) -> str:
+    return "memory available unknown" if avail is None else f"{human(avail)} available"
 
 
 @dataclass
@@ -243,12 +245,13 @@ class Sweep:
         groups = _groups(self.order, self.names, f_specs, q_specs)
         self.wanted = [t for _, gives, _ in groups for t, _ in gives]
         self.need_bytes = sum(n for _, _, n in groups)
-        self.budget = budget if budget is not None else batch_budget(available_bytes())
+        avail = available_bytes()
+        self.budget = budget if budget is not None else batch_budget(avail)
         self.batches = plan_batches(groups, self.budget) or [Batch([], [], [])]
         if len(self.batches) > 1:
             line = (f"per-layer sweep: the {len(self.wanted):,} tensors need "
                     f"{human(self.need_bytes)} per sample, more than one batch may hold "
-                    f"({human(self.budget)}, from {self._available()}): "
+                    f"({human(self.budget)}, from {_available_text(avail)}): "
                     f"{len(self.batches)} batches of <= "
                     f"{human(max(b.nbytes for b in self.batches))}, each run over every "
                     "sample")
@@ -265,11 +268,6 @@ class Sweep:
         self.setup_s = 0.0
         self._open(0)
         self.setup_s = time.monotonic() - start
-
-    @staticmethod
-    def _available() -> str:
-        avail = available_bytes()
-        return "memory available unknown" if avail is None else f"{human(avail)} available"
 
     def _open(self, index: int) -> None:
         """Batch ``index``'s exposed models and session pair (the last one's closed first)."""

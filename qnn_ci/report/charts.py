@@ -21,9 +21,8 @@ import os
 import struct
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
-
-from qnn_ci.records import dataclass
 
 log = logging.getLogger(__name__)
 

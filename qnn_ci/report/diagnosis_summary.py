@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.results import StageResult
+from qnn_ci.engine.results import StageResult
 
 SHOWN = 5
 

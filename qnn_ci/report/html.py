@@ -17,13 +17,12 @@ import logging
 import math
 import os
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
 from qnn_ci.report.plots import ChartBatch, histogram_html, num, trend_html
 from qnn_ci.report.report_data import ReportInput, StageEntry, stage_order
 from qnn_ci.report.trend_data import Trends
@@ -232,7 +231,7 @@ def _worst_histogram(entries: list[StageEntry], batch: ChartBatch) -> str:
 # -- the diagnosis plot -------------------------------------------------------------
 
 def _png_uri(path: str) -> tuple[str | None, str]:
-    from qnn_ci.safe_read import read_bytes
+    from qnn_ci.util.safe_read import read_bytes
 
     try:
         raw = read_bytes(path, cap=PNG_CAP, what="diagnosis plot")

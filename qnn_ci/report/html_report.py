@@ -34,7 +34,7 @@ def _manifest_baselines(manifest: Path, notes: list[str], memo_dir: Path | None)
     """The baselines file a manifest names (its ``baselines:`` key, else
     ``qnn-baselines.yaml`` beside it); a manifest that cannot be read is a note and
     the file beside it is used."""
-    from qnn_ci.manifest import BASELINES_FILE, load_manifest
+    from qnn_ci.manifest.loader import BASELINES_FILE, load_manifest
 
     try:
         loaded = load_manifest(manifest, memo_dir=memo_dir)
@@ -52,7 +52,7 @@ def baseline_lookup(inp: ReportInput, explicit: Path | None, *,
     when there is none. Without ``explicit``: the file each manifest names
     (``manifests`` and those the results name, when they exist; the manifest's
     ``baselines:`` key, else ``qnn-baselines.yaml`` beside it)."""
-    from qnn_ci import baselines as bl
+    from qnn_ci.nightly import baselines as bl
 
     if explicit is not None:
         if not explicit.exists():
@@ -99,7 +99,7 @@ def make_report(primary: ReportInput, out: Path, *, workdir: Path | None = None,
                 manifests: list[Path] | None = None,
                 title: str = "qnn-ci report") -> ReportInput:
     """Write the page to ``out``; returns what it showed."""
-    from qnn_ci.memo import MEMO_DIR
+    from qnn_ci.util.memo import MEMO_DIR
 
     inp = merge(primary, read_workdir(workdir)) if workdir is not None else primary
     trends: Trends | None = read_trends(history) if history is not None else None

@@ -17,7 +17,7 @@ tracked files) and ``qnn.dirty``; ``qnn-ci history add`` records them.
 
 A testcase's ``time`` is this run's: a stage read from the cache takes the
 read's time (near zero), with ``qnn.cached`` = true and the run that made it
-as ``qnn.original_duration_s`` (``qnn_ci.pipeline`` sets both).
+as ``qnn.original_duration_s`` (``qnn_ci.engine.pipeline`` sets both).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qnn_ci.engine.internal_error import TESTCASE, describe
+from qnn_ci.engine.results import StageResult
 from qnn_ci.errors import UserError
-from qnn_ci.internal_error import TESTCASE, describe
 from qnn_ci.report.junit_xml import (
     Line,
     quoteattr,
@@ -41,7 +42,6 @@ from qnn_ci.report.junit_xml import (
     with_log,
     xml_text,
 )
-from qnn_ci.results import StageResult
 
 if TYPE_CHECKING:
     from qnn_ci.report.junit_case import TestCase
@@ -93,7 +93,7 @@ def git_state(folder: Path) -> dict[str, str]:
     and the changes at once); ``{}`` outside git, without git, or on any failure."""
     import subprocess
 
-    from qnn_ci.relocate import git_top
+    from qnn_ci.engine.relocate import git_top
 
     try:
         outside = not os.environ.get("GIT_DIR") and git_top(folder) is None

@@ -6,10 +6,8 @@ thousand of these on a cached run, and ``qnn_ci.report.junit`` writes them itsel
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
-
-from qnn_ci.records import dataclass
 
 Entry = dict[str, Any]     # {"message": ..., "output": ..., "type": ...}
 

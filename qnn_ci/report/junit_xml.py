@@ -22,9 +22,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnn_ci.internal_error import crash_log
+from qnn_ci.engine.internal_error import crash_log
+from qnn_ci.engine.results import StageResult, Status
 from qnn_ci.report.property_text import property_value
-from qnn_ci.results import StageResult, Status
 
 if TYPE_CHECKING:
     from qnn_ci.report.junit_case import TestCase

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 import xml.etree.ElementTree as ET
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
-from qnn_ci.safe_read import read_bytes, read_text
+from qnn_ci.util.safe_read import read_bytes, read_text
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +159,8 @@ def read_junit(path: Path) -> ReportInput:
 # -- the work folder -------------------------------------------------------------
 
 def _load_result(path: Path, workdir: Path) -> dict[str, Any]:
-    from qnn_ci.relocate import Roots, detokenize
-    from qnn_ci.safe_read import load_json
+    from qnn_ci.engine.relocate import Roots, detokenize
+    from qnn_ci.util.safe_read import load_json
 
     payload = load_json(read_text(path, cap=RESULT_CAP, what="stage result"), path,
                         hint="a stage result qnn-ci wrote (delete the folder to re-run it)")
@@ -232,7 +231,7 @@ def merge(primary: ReportInput, extra: ReportInput) -> ReportInput:
 
 
 def stage_order() -> dict[str, int]:
-    from qnn_ci.pipeline import STAGE_ORDER
+    from qnn_ci.engine.stage import STAGE_ORDER
 
     return {name: i for i, name in enumerate(STAGE_ORDER)}
 

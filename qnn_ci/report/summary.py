@@ -4,12 +4,12 @@ kept under the 1 MiB step-summary limit) and `::error` annotations."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-from qnn_ci.internal_error import crash_log
-from qnn_ci.records import dataclass
+from qnn_ci.engine.internal_error import crash_log
+from qnn_ci.engine.results import StageResult, Status
 from qnn_ci.report import diagnosis_summary
-from qnn_ci.results import StageResult, Status
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
 _BUDGET = STEP_SUMMARY_LIMIT - 16 * 1024   # headroom for anything else the job writes

@@ -1,16 +1,14 @@
 """The trends the HTML report draws, from a history file (JSON lines, one record per
 run x export x stage: ``{"date", "commit", "export", "stage", "soc", "board",
 "metrics": {name: value}}``, what ``qnn-ci history add`` appends; read by
-``qnn_ci.history.read_history``: any bytes give records or one ``UserError`` line).
-The drift of each series is ``qnn_ci.trends``' rule (docs/history.md).
+``qnn_ci.nightly.history.read_history``: any bytes give records or one ``UserError`` line).
+The drift of each series is ``qnn_ci.nightly.trends``' rule (docs/history.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from qnn_ci.records import dataclass
 
 LAST = 30                            # points per series drawn
 
@@ -42,8 +40,8 @@ def label(metric: str, stage: str, soc: str | None, board: str | None) -> str:
 def read_trends(path: Path, *, last: int = LAST) -> Trends:
     """Per export and metric (labelled with its stage, SoC and board), the last
     ``last`` values by date, and the drifts flagged."""
-    from qnn_ci.history import read_history
-    from qnn_ci.trends import trends
+    from qnn_ci.nightly.history import read_history
+    from qnn_ci.nightly.trends import trends
 
     out = Trends()
     for t in trends(read_history(path), last=last):

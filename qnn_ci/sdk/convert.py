@@ -18,10 +18,9 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnn_ci.records import dataclass
 from qnn_ci.sdk.locate import Sdk
 from qnn_ci.sdk.toolrun import ToolRun, run_tool
 

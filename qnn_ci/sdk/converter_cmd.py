@@ -18,14 +18,14 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.engine.spec import ExportSpec
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
 from qnn_ci.sdk.locate import CONVERTER, Sdk
 from qnn_ci.sdk.toolrun import ToolRunError, run_tool
-from qnn_ci.spec import ExportSpec
 from qnn_ci.tables import CONVERTER_CANONICAL_TO_ALIAS, get_soc, is_integer_input_dtype
 
 log = logging.getLogger(__name__)

@@ -25,14 +25,13 @@ from __future__ import annotations
 import codecs
 import logging
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.listing import cut_text
-from qnn_ci.records import dataclass
-from qnn_ci.safe_read import MiB, iter_blocks, open_regular, safe_int
 from qnn_ci.tables import QNN_DATATYPES
+from qnn_ci.util.listing import cut_text
+from qnn_ci.util.safe_read import MiB, iter_blocks, open_regular, safe_int
 
 log = logging.getLogger(__name__)
 

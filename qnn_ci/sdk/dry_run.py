@@ -14,11 +14,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 
 import onnx
-
-from qnn_ci.records import dataclass
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 PROBLEM_SUFFIXES: tuple[str, ...] = (

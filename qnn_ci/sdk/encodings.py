@@ -29,13 +29,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
-from qnn_ci.safe_read import MiB, load_json, read_text
+from qnn_ci.util.safe_read import MiB, load_json, read_text
 
 log = logging.getLogger(__name__)
 

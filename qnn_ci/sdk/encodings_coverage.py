@@ -8,13 +8,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from qnn_ci.records import dataclass
 from qnn_ci.sdk.encodings import Encodings
 
 log = logging.getLogger(__name__)
@@ -174,8 +173,8 @@ def coverage(enc: Encodings, model: onnx.ModelProto) -> Coverage:
 
 def load_model(path: Path) -> onnx.ModelProto:
     """An ONNX model for coverage checks (graph only, external data not loaded);
-    ``qnn_ci.onnx_io.load_model``: one line for any file that is not a readable model."""
-    from qnn_ci.onnx_io import load_model as load_onnx
+    ``qnn_ci.model.onnx_io.load_model``: one line for any file that is not a readable model."""
+    from qnn_ci.model.onnx_io import load_model as load_onnx
 
     return load_onnx(Path(path))
 

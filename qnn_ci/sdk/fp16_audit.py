@@ -14,19 +14,18 @@ type cannot be read cannot prove "zero FP16": the report says why in
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.errors import UserError
-from qnn_ci.listing import cut_text
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
-from qnn_ci.safe_read import open_regular
 from qnn_ci.sdk.cpp_model import CPP_CAP, read_cpp_model
 from qnn_ci.sdk.net_json import read_net_json
 from qnn_ci.sdk.record import looks_like_json
 from qnn_ci.tables import FP16_CODE, SocInfo
+from qnn_ci.util.listing import cut_text
+from qnn_ci.util.safe_read import open_regular
 
 FP16_NAME = "QNN_DATATYPE_FLOAT_16"
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.records import dataclass
 from qnn_ci.sdk.cpp_model import CppModel
 from qnn_ci.sdk.net_json import NetJson
 from qnn_ci.sdk.record import ConverterRecord

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Environment
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment
-from qnn_ci.yaml_lines import load_yaml_with_lines
+from qnn_ci.manifest.yaml_lines import load_yaml_with_lines
 
 log = logging.getLogger(__name__)
 

@@ -14,18 +14,17 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from qnn_ci.engine.spec import ExportSpec
 from qnn_ci.errors import ToolError, UserError
-from qnn_ci.records import dataclass
 from qnn_ci.sdk.locate import LIB_GENERATOR, Sdk
-from qnn_ci.spec import ExportSpec
 from qnn_ci.tables import LIB_GENERATOR_DEFAULT_TARGETS
 
 if TYPE_CHECKING:   # running the tool and reading its library: when the stage runs
-    from qnn_ci.elf import ElfHeader
+    from qnn_ci.sdk.elf import ElfHeader
     from qnn_ci.sdk.toolrun import ToolRun
 
 log = logging.getLogger(__name__)
@@ -173,7 +172,7 @@ def build_lib_argv(cpp: Path, bin_path: Path | None, out_dir: Path, target: str,
 def build_model_lib(*, sdk: Sdk, cpp: Path, bin_path: Path | None, target: str, lib_name: str,
                     workdir: Path, timeout: float) -> LibOutcome:
     """Build ``lib<lib_name>.so`` for ``target`` under ``<workdir>/lib`` and check it."""
-    from qnn_ci.elf import check_library, read_elf_header
+    from qnn_ci.sdk.elf import check_library, read_elf_header
     from qnn_ci.sdk.toolrun import run_tool
 
     workdir = Path(workdir).resolve()

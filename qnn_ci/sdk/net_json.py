@@ -9,19 +9,18 @@ Tensor ``data_type`` is a DECIMAL ``Qnn_DataType_t`` code (534 = FLOAT_16),
 (2.18 on: AIMET overrides set the encoding) is kept in ``NetTensor.quant``.
 Missing keys are tolerated: what cannot be read is listed in ``problems``. A
 file larger than ``NET_JSON_CAP``, nested deeper than any real one, or not a
-regular file is refused with one line (``qnn_ci.safe_read``).
+regular file is refused with one line (``qnn_ci.util.safe_read``).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.records import dataclass
-from qnn_ci.safe_read import MiB, load_json, read_text, safe_int
 from qnn_ci.tables import QNN_DATATYPE_BY_CODE
+from qnn_ci.util.safe_read import MiB, load_json, read_text, safe_int
 
 log = logging.getLogger(__name__)
 

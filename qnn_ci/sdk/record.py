@@ -21,15 +21,14 @@ import ast
 import logging
 import os
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
-from qnn_ci.safe_read import MiB, open_regular
-from qnn_ci.safe_read import load_json as _load_json
 from qnn_ci.tables import CONVERTER_ALIASES, CONVERTER_CANONICAL_TO_ALIAS
+from qnn_ci.util.safe_read import MiB, open_regular
+from qnn_ci.util.safe_read import load_json as _load_json
 
 log = logging.getLogger(__name__)
 

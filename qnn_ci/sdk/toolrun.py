@@ -28,11 +28,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from qnn_ci.errors import ToolError
-from qnn_ci.records import dataclass
 from qnn_ci.sdk.locate import Sdk
 from qnn_ci.transport.procgroup import kill_group
 

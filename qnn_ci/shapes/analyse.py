@@ -13,12 +13,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from qnn_ci.listing import cut_text
-from qnn_ci.results import Finding, Severity
+from qnn_ci.engine.results import Finding, Severity
+from qnn_ci.model.modelio import Scratch, load_proto, open_session, write_model
 from qnn_ci.shapes import fill as fill_mod
 from qnn_ci.shapes import opset as opset_mod
 from qnn_ci.shapes import verify
-from qnn_ci.shapes.modelio import Scratch, load_proto, open_session, write_model
 from qnn_ci.shapes.pin import (
     TensorListing,
     dim_suggestion,
@@ -38,6 +37,7 @@ from qnn_ci.shapes.report import (
     dtype_name,
     format_dims,
 )
+from qnn_ci.util.listing import cut_text
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import field
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from qnn_ci.records import dataclass
-from qnn_ci.shapes.modelio import Scratch
+from qnn_ci.model.modelio import Scratch
 from qnn_ci.shapes.report import InteriorTensor
 from qnn_ci.shapes.verify import ort_reason
 

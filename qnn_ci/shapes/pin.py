@@ -11,14 +11,13 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
 from onnx import shape_inference
 
 from qnn_ci.errors import UserError
-from qnn_ci.records import dataclass
 from qnn_ci.shapes.report import (
     DimInfo,
     InteriorTensor,

@@ -8,15 +8,14 @@ unshaped, the shapes filled from onnxruntime, and the equivalence checks.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
 from onnx import helper
 
-from qnn_ci.listing import cut_text
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
+from qnn_ci.engine.results import Finding, Severity
+from qnn_ci.util.listing import cut_text
 
 # Dim kinds.
 STATIC = "static"        # dim_value >= 0

@@ -18,9 +18,9 @@ import onnx
 import onnxruntime as ort
 
 from qnn_ci.errors import UserError
-from qnn_ci.safe_read import size_text
 from qnn_ci.shapes.pin import real_inputs
 from qnn_ci.shapes.report import EquivalenceCheck, dims_of, dtype_name, format_dims, is_static
+from qnn_ci.util.safe_read import size_text
 
 log = logging.getLogger(__name__)
 

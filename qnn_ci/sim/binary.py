@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import mmap
 import re
+from dataclasses import dataclass
 from pathlib import Path
-
-from qnn_ci.records import dataclass
 
 _SOC = re.compile(rb"soc_type=([A-Za-z0-9_]+);")
 _ARCH = re.compile(rb";arch=(\d+);")

@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.errors import UserError
-from qnn_ci.listing import cut_text
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
 from qnn_ci.sim.prepare import PrepareResult, prepare_for_htp
 from qnn_ci.sim.quantize import QuantizeResult, QuantSettings, quantize_for_htp
 from qnn_ci.sim.samples import Feeds
 from qnn_ci.tables import SocInfo
+from qnn_ci.util.listing import cut_text
 
 log = logging.getLogger(__name__)
 

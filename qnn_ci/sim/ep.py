@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.cores import limit_threads
 from qnn_ci.errors import UserError
 from qnn_ci.tables import SocInfo, get_soc, soc_names
+from qnn_ci.util.cores import limit_threads
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,9 @@ A node without a name appears in the first kind as ``<op type><node index>``
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-from qnn_ci.records import dataclass
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _VALIDATE = re.compile(r"backendValidateOpConfig\(\) failed for node `(?P<name>[^`]*)` of type "

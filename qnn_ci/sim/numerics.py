@@ -15,26 +15,22 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qnn_ci.compare import accuracy_rule, compare_sets, load_output_set, sanitize
-from qnn_ci.cores import limit_threads
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
-from qnn_ci.sim.ep import capture_native_output, htp_session_options
+from qnn_ci.engine.results import Finding, Severity
+from qnn_ci.engine.spec import Thresholds
 from qnn_ci.sim.samples import Feeds
-from qnn_ci.spec import Thresholds
+from qnn_ci.sim.sessions import Outputs, cpu_session, run_all
 from qnn_ci.tables import SocInfo
 
 log = logging.getLogger(__name__)
 
-Outputs = dict[str, np.ndarray]
 
 
 @dataclass
@@ -64,44 +60,6 @@ class NumericsResult:
                 "quant_steps": self.quant_steps,
                 "sim_s_per_inference": round(self.sim_s_per_inference, 4),
                 "cpu_s_per_inference": round(self.cpu_s_per_inference, 4)}
-
-
-def cpu_session(model: Path) -> Any:
-    import onnxruntime as ort
-
-    from qnn_ci.sim.quantize import QDQ_SESSION_CONFIG
-
-    # no spinning threads between runs: the simulator's processes share the cores
-    so = limit_threads(ort.SessionOptions(), spin=False)
-    so.log_severity_level = 3
-    for k, v in QDQ_SESSION_CONFIG.items():
-        so.add_session_config_entry(k, v)
-    return ort.InferenceSession(str(model), sess_options=so, providers=["CPUExecutionProvider"])
-
-
-def htp_session(ctx_model: Path, soc: SocInfo, log_path: Path) -> Any:
-    """A session on a prepared EPContext model, every node on the HTP simulator."""
-    import onnxruntime as ort
-
-    so = htp_session_options(soc, record_assignment=False)
-    with capture_native_output(log_path):
-        return ort.InferenceSession(str(ctx_model), sess_options=so)
-
-
-def run_all(session: Any, samples: Sequence[Feeds], *, log_path: Path | None = None
-            ) -> tuple[list[Outputs], float]:
-    """Outputs per sample and the mean seconds per inference."""
-    names = [o.name for o in session.get_outputs()]
-    outs: list[Outputs] = []
-    start = time.monotonic()
-    for feeds in samples:
-        if log_path is not None:
-            with capture_native_output(log_path):
-                values = session.run(names, feeds)
-        else:
-            values = session.run(names, feeds)
-        outs.append(dict(zip(names, values, strict=True)))
-    return outs, (time.monotonic() - start) / max(1, len(samples))
 
 
 def file_key(name: str) -> str:

@@ -12,13 +12,11 @@ from the input and weight scales.
 from __future__ import annotations
 
 import math
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
-
-from qnn_ci.records import dataclass
 
 
 @dataclass

@@ -21,7 +21,7 @@ run -- blocked for ever. A worker that dies while starting is logged; this proce
 then simulates the samples itself. A worker killed by a signal once it has taken
 samples (SIGKILL: the kernel's OOM killer, exit -9 / 137) ends the run with one
 line, ``WorkerKilled``: which worker, which signal, the sample it was running and
-the memory available when the workers started (``qnn_ci.memory``).
+the memory available when the workers started (``qnn_ci.util.memory``).
 QNN_CI_SIM_KILL_WORKER=N (tests) makes the first worker kill itself with SIGKILL
 as it starts simulating its N-th sample.
 """
@@ -38,17 +38,16 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from qnn_ci.cores import share_of_cores
 from qnn_ci.errors import UserError
 from qnn_ci.sim.ep import capture_native_output
 from qnn_ci.sim.samples import Feeds, SampleList
+from qnn_ci.sim.sessions import Outputs
 from qnn_ci.tables import SocInfo
+from qnn_ci.util.cores import share_of_cores
 
 log = logging.getLogger(__name__)
 
-Outputs = dict[str, np.ndarray]
+
 ENV_PROCESSES = "QNN_CI_SIM_PROCESSES"
 ENV_KILL = "QNN_CI_SIM_KILL_WORKER"        # tests: the first worker kills itself
 STARTED = "started"                        # a worker's notice: (index, STARTED, pid)
@@ -76,7 +75,7 @@ def _worker(payload_file: str, todo: Any, ctx_model: str, soc_name: str,
     if core is not None:
         _keep_to({core})
     from qnn_ci.sim.ep import sim_target
-    from qnn_ci.sim.numerics import htp_session
+    from qnn_ci.sim.sessions import htp_session
 
     log_path = Path(log_dir) / f"sim_run.{os.getpid()}.log"
     index = -1
@@ -188,7 +187,7 @@ def killed_message(name: str, pid: int | None, code: int, sample: int | None, to
     """The one line for a worker killed by signal ``-code``."""
     import signal
 
-    from qnn_ci.memory import human
+    from qnn_ci.util.memory import human
 
     try:
         sig = signal.Signals(-code).name
@@ -242,7 +241,7 @@ def _gather(procs: list[Any], results: Any, want: set[int], found: dict[int, Out
 
 def _run_here(session: Any, samples: Sequence[Feeds], index: int, log_path: Path,
               found: dict[int, Outputs], total: int) -> float:
-    from qnn_ci.sim.numerics import run_all
+    from qnn_ci.sim.sessions import run_all
 
     (outs,), s = run_all(session, [samples[index]], log_path=log_path)
     found[index] = outs
@@ -286,7 +285,7 @@ class SimPool:
         self.available: int | None = None
         if self.n <= 1:
             return
-        from qnn_ci.memory import available_bytes
+        from qnn_ci.util.memory import available_bytes
 
         self.available = available_bytes()
         log.info("simulating %d samples in up to %d processes", total, self.n)
@@ -324,7 +323,7 @@ class SimPool:
         self.close()
 
     def run(self) -> tuple[list[Outputs], float]:
-        from qnn_ci.sim.numerics import htp_session
+        from qnn_ci.sim.sessions import htp_session
 
         samples, log_path = self.samples, self.log_path
         total = len(samples)

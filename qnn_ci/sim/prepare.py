@@ -30,20 +30,19 @@ import logging
 import re
 import shutil
 import time
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from qnn_ci.listing import cut_text, shown
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.sim.binary import ContextInfo, read_context_info
 from qnn_ci.sim.ep import EP_NAME, assignment, capture_native_output, htp_session_options
 from qnn_ci.sim.logparse import EpLog, RejectedNode, read_ep_log
 from qnn_ci.sim.node_names import display_names, resolve_record, unnamed_nodes
 from qnn_ci.tables import SocInfo
+from qnn_ci.util.listing import cut_text, shown
 
 log = logging.getLogger(__name__)
 

@@ -13,21 +13,20 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, redirect_stdout
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx
 
+from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.errors import UserError
-from qnn_ci.listing import cut_text
-from qnn_ci.prequantized import refuse_quantized
-from qnn_ci.records import dataclass
-from qnn_ci.results import Finding, Severity
+from qnn_ci.model.prequantized import refuse_quantized
 from qnn_ci.sim.constants import fold_constants
 from qnn_ci.sim.fusion import fuse_batchnorm
 from qnn_ci.sim.overrides import OverrideSet, overrides_from_encodings
 from qnn_ci.sim.samples import Feeds
+from qnn_ci.util.listing import cut_text
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class QuantSettings:
 
     @classmethod
     def from_spec(cls, q: Any) -> QuantSettings:
-        """From a ``qnn_ci.spec.QuantizationSpec``."""
+        """From a ``qnn_ci.engine.spec.QuantizationSpec``."""
         return cls(q.act_bitwidth, q.weights_bitwidth, q.bias_bitwidth, q.per_channel,
                    q.act_calibration, q.percentile, q.overrides, q.float_fallback,
                    q.param_calibration)
@@ -111,7 +110,7 @@ ENTROPY_FRACTION = 4     # entropy's tensors of every sample: at most 1/4 of wha
 
 def intermediate_bytes(model: onnx.ModelProto) -> int:
     """One sample's float intermediate tensors, in bytes (static shapes)."""
-    from qnn_ci.diagnose.intermediates import FLOAT_TYPES, tensor_bytes, tensor_specs
+    from qnn_ci.model.sizes import FLOAT_TYPES, tensor_bytes, tensor_specs
 
     outs = {o for n in model.graph.node for o in n.output if o}
     return sum(tensor_bytes(spec) or 0 for name, spec in tensor_specs(model).items()
@@ -124,7 +123,7 @@ def _entropy_method(model: onnx.ModelProto, samples: int) -> tuple[str, Finding 
     grow past 128 bins and the KL search then clips, differently for every sample
     order). Its ranges are min-max's (``_notes``), so when those tensors would not
     fit, min-max calibrates: the same ranges."""
-    from qnn_ci.memory import available_bytes, human
+    from qnn_ci.util.memory import available_bytes, human
 
     avail = available_bytes()
     need = intermediate_bytes(model) * samples
@@ -220,7 +219,7 @@ def quantize_for_htp(src: Path, dst: Path, samples: Sequence[Feeds], settings: Q
     act_type, weight_type = _quant_types(settings)
     model = onnx.load(str(src))
     # An already-quantized model (QDQ, QOperator, dynamic): one line saying so, not
-    # a second quantization into a broken model (qnn_ci.prequantized).
+    # a second quantization into a broken model (qnn_ci.model.prequantized).
     refuse_quantized(model, file=src)
     folded = fold_constants(model) if fold else 0
     fused = fuse_batchnorm(model) if fuse else 0

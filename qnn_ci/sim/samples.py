@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import overload
 
@@ -13,8 +14,7 @@ import onnx
 
 from qnn_ci.calibration.input_list import read_input_list, read_raw
 from qnn_ci.errors import UserError
-from qnn_ci.onnx_io import graph_inputs
-from qnn_ci.records import dataclass
+from qnn_ci.model.onnx_io import graph_inputs
 
 Feeds = dict[str, np.ndarray]
 
@@ -83,7 +83,7 @@ class SampleList(Sequence[Feeds]):
 def samples_digest(samples: Sequence[Feeds]) -> str:
     """A digest of the samples' content, in order: the raw files' bytes for a
     ``SampleList`` (read from disk once, memoised), else the arrays' bytes."""
-    from qnn_ci.cache import digest, file_digest
+    from qnn_ci.engine.cache import digest, file_digest
 
     if isinstance(samples, SampleList):
         return digest({"inputs": [(m.name, m.dtype, list(m.shape))

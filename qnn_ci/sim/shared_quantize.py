@@ -3,7 +3,7 @@
 Two exports that differ only in ``target.soc`` quantize the same float model with
 the same calibration data and settings: the quantization (tens of seconds on a
 detector) is SoC-independent, so the second export links the first one's QDQ
-model (``qnn_ci.shared_results``). The key holds the float model's bytes, the
+model (``qnn_ci.engine.shared_results``). The key holds the float model's bytes, the
 calibration samples' bytes in order, every quantization setting (an AIMET
 overrides file by content), the onnxruntime and onnxruntime-qnn versions and
 qnn-ci's version; never the export's name or SoC.
@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.cache import digest, file_digest
-from qnn_ci.results import Finding, Severity
-from qnn_ci.shared_results import Claim, claim
+from qnn_ci.engine.cache import digest, file_digest
+from qnn_ci.engine.results import Finding, Severity
+from qnn_ci.engine.shared_results import Claim, claim
+from qnn_ci.engine.stage import Environment
 from qnn_ci.sim.check import Quantizer
 from qnn_ci.sim.overrides import OverrideSet
 from qnn_ci.sim.quantize import QuantizeResult, QuantSettings, quantize_for_htp
 from qnn_ci.sim.samples import Feeds, samples_digest
-from qnn_ci.stage import Environment
 
 log = logging.getLogger(__name__)
 

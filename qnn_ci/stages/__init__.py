@@ -1,1 +1,1 @@
-"""One module per pipeline stage (see qnn_ci.pipeline.STAGE_ORDER)."""
+"""One module per pipeline stage (their order: qnn_ci.stages.registry.STAGE_ORDER)."""

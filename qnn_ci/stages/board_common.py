@@ -1,24 +1,30 @@
-"""What the board stages (so_load, htp_vs_cpu) share: the skip reason, the
-board lookup, the SoC check, and turning a board run into StageResult parts."""
+"""What the board stages (so_load, htp_vs_cpu, context_binary, context_run) share:
+the skip reason, the board lookup, the SoC check, the HTP config writer, and
+turning a board run into StageResult parts."""
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.boards.session import board_fingerprint, board_problem, resolve_board
-from qnn_ci.pipeline import NO_CACHE
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, StageContext
-from qnn_ci.tables import find_soc
+from qnn_ci.engine.pipeline import NO_CACHE
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Environment, Stage, StageContext
+from qnn_ci.errors import UserError
+from qnn_ci.tables import SocInfo, find_soc
 
 if TYPE_CHECKING:   # numpy (via these) only when a board stage runs, not at load
-    from qnn_ci.boards.config import BoardConfig
     from qnn_ci.boards.native_outputs import NativeType
     from qnn_ci.boards.netrun import NetRunResult
     from qnn_ci.boards.result_files import ExpectedOutput
+    from qnn_ci.transport.config import BoardConfig
+
+log = logging.getLogger(__name__)
 
 # Failures that say more about the board's state at that moment than about the
 # export: never reused from the cache (see ``finish``).
@@ -40,6 +46,20 @@ def fingerprint(ctx: StageContext) -> dict[str, Any]:
     return board_fingerprint(the_board(ctx))
 
 
+class BoardStage(Stage):
+    """Base of the stages that run on a board: skipped without one, keyed by the
+    board's identity, and a failure is never reused (the board may be fixed)."""
+
+    marker = "qnn_board"
+    cache_failures = False
+
+    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
+        return unavailable(export, env)
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        return fingerprint(ctx)
+
+
 def _canonical_soc(name: str) -> str:
     soc = find_soc(name)
     return soc.name if soc is not None else name.strip().upper()
@@ -56,6 +76,33 @@ def soc_mismatch(export: ExportSpec, board: BoardConfig) -> str | None:
             f"{export.target.soc} (target.soc): a run there proves nothing about the "
             f"{export.target.soc}; use a {export.target.soc} board (board: or --qnn-board) "
             "or correct target.soc or the board's soc")
+
+
+def export_soc(export: ExportSpec, board: BoardConfig) -> SocInfo | None:
+    """The SoC a board run is judged for: ``target.soc``, else the board's."""
+    return find_soc(export.target.soc or board.soc or "")
+
+
+def live_board_version(ctx: StageContext) -> str | None:
+    """The board's QNN version, read from the board now (for a cache key that must
+    change when the board's QNN does); "unreachable" when it cannot be read."""
+    from qnn_ci.boards.netrun import SHORT_COMMAND_S
+    from qnn_ci.boards.versions import read_board_version
+    from qnn_ci.transport.base import TransportError
+    from qnn_ci.transport.factory import open_transport
+
+    board = the_board(ctx)
+    try:
+        transport = open_transport(board)
+        try:
+            found = read_board_version(transport, board,
+                                       timeout=min(board.timeout_s, SHORT_COMMAND_S))
+        finally:
+            transport.close()
+    except (TransportError, OSError) as exc:
+        log.info("board %s: QNN version not read for the cache key: %s", board.name, exc)
+        return "unreachable"
+    return found.version or "unknown"
 
 
 def soc_mismatch_result(stage: str, board: BoardConfig, message: str) -> StageResult:
@@ -159,3 +206,24 @@ def first_error(findings: list[Finding]) -> str | None:
         if f.severity == Severity.ERROR:
             return f.message
     return None
+
+
+def htp_config_writer(export: ExportSpec, soc: SocInfo | None,
+                      cpp: Path | None) -> Callable[[Path, str], Path] | None:
+    """``write(folder, inner remote path) -> wrapper`` for the export's ``htp_config``
+    (None when it gives none: the SDK's defaults then apply). The graph names come
+    from the converter's ``.cpp``."""
+    if not export.htp_config.given:
+        return None
+    from qnn_ci.sdk.htp_config import graph_names_from_cpp, write_htp_config
+
+    graphs = graph_names_from_cpp(cpp) if cpp is not None and cpp.is_file() else []
+    if not graphs:
+        raise UserError("htp_config: the converter's .cpp names no graph, so the HTP config "
+                        "cannot name it (the SDK would ignore it); rerun convert",
+                        file=export.manifest, line=export.line, key="htp_config")
+
+    def write(folder: Path, inner_remote: str) -> Path:
+        return write_htp_config(export.htp_config, soc, graphs, folder,
+                                inner_path_text=inner_remote)
+    return write

@@ -14,12 +14,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.cache import digest, file_digest
 from qnn_ci.calibration.project_modules import import_closure, package_versions
-from qnn_ci.memo import MEMO_DIR
-from qnn_ci.results import StageResult, Status
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Stage, StageContext
+from qnn_ci.engine.cache import digest, file_digest
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Stage, StageContext
+from qnn_ci.util.memo import MEMO_DIR
 
 
 def _version(package: str) -> str | None:
@@ -163,7 +163,7 @@ class CalibrationStage(Stage):
         settings and fingerprint the cache key holds, the pinned model and its inputs,
         and a `from:` chain's upstream results."""
         from qnn_ci import __version__
-        from qnn_ci.pipeline import content_digest, export_settings
+        from qnn_ci.engine.pipeline import content_digest, export_settings
 
         settings = export_settings(ctx.export, self)
         settings.pop("name", None)
@@ -179,9 +179,9 @@ class CalibrationStage(Stage):
 
     def run(self, ctx: StageContext) -> StageResult:
         """The samples, computed once per content key across the work folder's exports
-        (``qnn_ci.shared_results``) and linked into this export's folder."""
+        (``qnn_ci.engine.shared_results``) and linked into this export's folder."""
         from qnn_ci.calibration.make_samples import compute, publish, reuse
-        from qnn_ci.shared_results import claim
+        from qnn_ci.engine.shared_results import claim
 
         key = self.shared_key(ctx)
         with claim(ctx.env, self.name, key, ctx.export.name) as entry:

@@ -21,10 +21,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Stage, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Stage, StageContext
 from qnn_ci.tables import is_integer_input_dtype
 
 if TYPE_CHECKING:   # the readers of the converter's output: when the stage runs

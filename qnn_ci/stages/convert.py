@@ -12,10 +12,10 @@ import logging
 import shlex
 from pathlib import Path
 
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.locate import CONVERTER
-from qnn_ci.stage import StageContext
 from qnn_ci.stages.dry_run import prequantized_check
 from qnn_ci.stages.sdk_common import (
     ConverterStage,

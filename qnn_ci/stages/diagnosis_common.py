@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from qnn_ci.results import Finding, Severity, StageResult
+from qnn_ci.engine.results import Finding, Severity, StageResult
 
 if TYPE_CHECKING:
     from qnn_ci.diagnose.model import Diagnosis

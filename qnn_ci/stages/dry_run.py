@@ -11,9 +11,9 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.stage import StageContext
 from qnn_ci.sdk.locate import CONVERTER
-from qnn_ci.stage import StageContext
 from qnn_ci.stages.sdk_common import (
     ConverterStage,
     mark_transient,
@@ -36,11 +36,11 @@ def _op_types(model: Path) -> dict[str, str]:
 
 def prequantized_check(stage: str, ctx: StageContext, *, calibration: bool
                        ) -> tuple[StageResult | None, list[Finding]]:
-    """An already-quantized pinned model (``qnn_ci.prequantized``): a FAILED result
+    """An already-quantized pinned model (``qnn_ci.model.prequantized``): a FAILED result
     when the converter would quantize it again (QOperator / dynamic always; QDQ
     when given the calibration list), else the findings to add (a QDQ model in a
     dry run: a warning that convert will refuse it)."""
-    from qnn_ci.prequantized import QDQ, detect_file
+    from qnn_ci.model.prequantized import QDQ, detect_file
 
     found = detect_file(Path(ctx.upstream["static_shapes"].artefacts["model"]))
     if not found.quantized:

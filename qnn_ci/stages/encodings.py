@@ -17,10 +17,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.cache import file_digest
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Stage, StageContext
+from qnn_ci.engine.cache import file_digest
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Stage, StageContext
 from qnn_ci.tables import find_soc
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ import json
 import logging
 from pathlib import Path
 
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.stage import Stage, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.stage import Stage, StageContext
 from qnn_ci.tables import get_soc
 
 log = logging.getLogger(__name__)

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.boards.session import board_session
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import ToolError
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec, Thresholds
-from qnn_ci.stage import Environment, Stage, StageContext
 from qnn_ci.stages import board_common
 from qnn_ci.stages.diagnosis_common import guarded, progress_logger
 
@@ -48,18 +48,11 @@ FLOAT_EXACT = 1e-5               # CPU-vs-fp32 max |err| / peak below which it r
 _REPEATS = ("compare.missing", "compare.short", "compare.nan_inf")
 
 
-class HtpVsCpuStage(Stage):
+class HtpVsCpuStage(board_common.BoardStage):
     name = "htp_vs_cpu"
     needs = ("so_load", "calibration", "static_shapes", "convert")
-    marker = "qnn_board"
-    settings = ("board", "thresholds", "target", "native_outputs", "diagnosis", "latency")
-    cache_failures = False
-
-    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
-        return board_common.unavailable(export, env)
-
-    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
-        return board_common.fingerprint(ctx)
+    settings = ("board", "thresholds", "target", "native_outputs", "diagnosis", "latency",
+                "htp_config")
 
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.boards.latency_run import request_for
@@ -122,6 +115,9 @@ class HtpVsCpuStage(Stage):
             findings += found
         expected = {o["name"]: ("float32", tuple(o["shape"]) if o.get("shape") else None)
                     for o in outputs}
+        cpp = ctx.upstream["convert"].artefacts.get("cpp")
+        config = board_common.htp_config_writer(
+            export, board_common.export_soc(export, board), Path(cpp) if cpp else None)
         try:
             with board_session(board, ctx.env.environ) as transport:
                 nr = run_on_board(transport, board, library=Path(so_load.data["library"]),
@@ -129,7 +125,7 @@ class HtpVsCpuStage(Stage):
                                   workdir=ctx.workdir, native=native,
                                   library_sdk_version=so_load.data.get("sdk_version"),
                                   expected_outputs=expected_files or None,
-                                  latency=request_for(export, ctx.env))
+                                  latency=request_for(export, ctx.env), htp_config=config)
         except (TransportError, ToolError) as exc:
             return board_common.board_error_result(self.name, board, exc)
         findings += nr.findings
@@ -189,7 +185,8 @@ class HtpVsCpuStage(Stage):
                                      inputs=inputs, net_json=net_json,
                                      outputs={n: c for n, c in counts.items()},
                                      library=Path(so_load.data["library"]),
-                                     sdk_version=so_load.data.get("sdk_version"))
+                                     sdk_version=so_load.data.get("sdk_version"),
+                                     htp_config=config)
             if summary is None:
                 summary = (f"HTP vs CPU on board {board.name}, {nr.samples} {which} "
                            f"sample(s): {comp.summary_line()}; accuracy rule "
@@ -197,7 +194,7 @@ class HtpVsCpuStage(Stage):
                            + (f"; {nr.latency.describe()}" if nr.latency else ""))
         report = ctx.workdir / "htp_vs_cpu.json"
         report.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-        artefacts = {"report": str(report)}
+        artefacts = {"report": str(report), "board_input_list": str(board_list)}
         profile = ctx.workdir / "latency" / "profile.txt"
         if nr.latency is not None and profile.is_file():
             artefacts["latency_profile"] = str(profile)
@@ -252,7 +249,8 @@ class _Diagnose:
                                  library=p["library"], input_list=p["board_list"],
                                  input_names=p["names"], workdir=out_dir / "board",
                                  expected=float_files or None,
-                                 library_sdk_version=p["sdk_version"])
+                                 library_sdk_version=p["sdk_version"],
+                                 htp_config=p["htp_config"])
 
         net_json = p["net_json"]
         return diagnose_board(

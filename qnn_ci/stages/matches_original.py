@@ -1,7 +1,7 @@
 """Stage `matches_original`: the adapted model (the export's model, pinned by
 static_shapes) must compute what the framework export before graph surgery
 (manifest ``original:``) computes, on every calibration and held-out sample,
-before anything is quantized (``qnn_ci.original_match``).
+before anything is quantized (``qnn_ci.shapes.original_match``).
 
 Only for exports with ``original:``. The quantizing stages (sim_npu, dry_run,
 convert) name it in ``gates``: when it fails they are blocked, and exports without
@@ -15,11 +15,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.cache import file_digest
+from qnn_ci.engine.cache import file_digest
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Stage, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Stage, StageContext
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,8 @@ class MatchesOriginalStage(Stage):
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         assert ctx.export.original is not None
-        from qnn_ci.memo import MEMO_DIR
-        from qnn_ci.model_signature import signature
+        from qnn_ci.model.signature import signature
+        from qnn_ci.util.memo import MEMO_DIR
 
         original = ctx.export.original.model
         fp: dict[str, Any] = {"model": _digest(ctx.export.model, "model", ctx),
@@ -58,7 +58,7 @@ class MatchesOriginalStage(Stage):
         return fp
 
     def run(self, ctx: StageContext) -> StageResult:
-        from qnn_ci.original_match import match_original
+        from qnn_ci.shapes.original_match import match_original
         from qnn_ci.sim.samples import inputs_from_data, load_samples
 
         spec = ctx.export.original

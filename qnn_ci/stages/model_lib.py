@@ -10,7 +10,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Environment, Stage, StageContext
 from qnn_ci.sdk.locate import CONVERTER, LIB_GENERATOR, find_sdk, sdk_unavailable
 from qnn_ci.sdk.model_lib import (
     board_target_warning,
@@ -20,8 +22,6 @@ from qnn_ci.sdk.model_lib import (
     needs_esdk,
     probe_lib_targets,
 )
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, Stage, StageContext
 from qnn_ci.stages.sdk_common import mark_transient, sdk_fingerprint
 
 log = logging.getLogger(__name__)

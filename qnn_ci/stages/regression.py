@@ -1,7 +1,7 @@
 """Stage `regression`: compare what this run measured (sim_npu's nodes on the HTP,
 sim_numerics' metrics, model_lib's library size, htp_vs_cpu's metrics and latency)
-with the export's entries in the baselines file (``qnn_ci.baselines``), with the
-tolerances of ``qnn_ci.regression``.
+with the export's entries in the baselines file (``qnn_ci.nightly.baselines``), with the
+tolerances of ``qnn_ci.nightly.regression``.
 
 It reads those stages whatever their status (``reads``: a failed numeric stage
 still measured something) and is never blocked by them. Nothing measured (the
@@ -16,13 +16,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from qnn_ci import baselines as bl
-from qnn_ci.cache import digest
+from qnn_ci.engine.cache import digest
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Stage, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.listing import cut_text
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Stage, StageContext
+from qnn_ci.nightly import baselines as bl
+from qnn_ci.util.listing import cut_text
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def update_command(export: ExportSpec) -> str:
 
 
 def baselines_path(export: ExportSpec) -> Path:
-    from qnn_ci.manifest import BASELINES_FILE
+    from qnn_ci.manifest.loader import BASELINES_FILE
 
     return export.regression.baselines or export.manifest.parent / BASELINES_FILE
 
@@ -57,7 +57,7 @@ class RegressionStage(Stage):
         """Nothing measured (every stage it reads skipped, errored or not planned): a
         skip that needs no baselines file, fingerprint or cache -- unless the
         tolerances are wrong, which run() reports."""
-        from qnn_ci.regression import check_tolerances
+        from qnn_ci.nightly.regression import check_tolerances
 
         if bl.measured(ctx.upstream, ctx.export.board) or \
                 check_tolerances(ctx.export.regression.tolerances):
@@ -70,7 +70,7 @@ class RegressionStage(Stage):
         scopes = bl.measured(ctx.upstream, export.board)
         path = baselines_path(export)
         try:
-            found = bl.load(path, _memo(ctx))
+            found = bl.load(path)
         except UserError:
             found = None          # run() says what is wrong with it
             entries: Any = "unreadable"
@@ -85,7 +85,7 @@ class RegressionStage(Stage):
                            for n, r in sorted(ctx.upstream.items()) if not r.ok}}
 
     def run(self, ctx: StageContext) -> StageResult:
-        from qnn_ci.regression import check_tolerances, compare
+        from qnn_ci.nightly.regression import check_tolerances, compare
 
         export = ctx.export
         problem = check_tolerances(export.regression.tolerances)
@@ -96,7 +96,7 @@ class RegressionStage(Stage):
         if not scopes:
             return self._skip(_nothing_measured(ctx))
         path = baselines_path(export)
-        found = bl.load(path, _memo(ctx))
+        found = bl.load(path)
         if found is None:
             return self._skip(f"no baselines file {path}: create it with "
                               f"`{update_command(export)}` (after a run)")
@@ -168,12 +168,6 @@ def _same_latency_method(ctx: StageContext, scope: str, now: dict[str, float],
     return ({k: v for k, v in now.items() if not k.startswith("latency.")},
             f"latency not compared: measured by {here} here, by {then} in the baseline "
             f"(update the baseline: {update_command(ctx.export)})")
-
-
-def _memo(ctx: StageContext) -> Path:
-    from qnn_ci.memo import MEMO_DIR
-
-    return ctx.env.workdir / MEMO_DIR
 
 
 def _nothing_measured(ctx: StageContext) -> str:

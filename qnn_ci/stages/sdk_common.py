@@ -8,12 +8,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qnn_ci.engine.pipeline import NO_CACHE
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Environment, Stage, StageContext
 from qnn_ci.errors import ToolError
-from qnn_ci.pipeline import NO_CACHE
-from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk, sdk_unavailable
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, Stage, StageContext
 
 if TYPE_CHECKING:   # the converter's help probe and tool runs: when a stage runs
     from qnn_ci.sdk.converter_cmd import ConverterHelp

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Environment, Stage, StageContext
 from qnn_ci.sim.availability import sim_unavailable, versions
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, Stage, StageContext
 
 
 class SimStage(Stage):

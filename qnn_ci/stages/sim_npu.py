@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qnn_ci.cache import file_digest
-from qnn_ci.results import Severity, StageResult, Status
-from qnn_ci.stage import StageContext
+from qnn_ci.engine.cache import file_digest
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages.sim_common import SimStage
+
+if TYPE_CHECKING:
+    from qnn_ci.tables import SocInfo
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +27,8 @@ class SimNpuStage(SimStage):
     settings = ("quantization", "target")
     needs = ("static_shapes", "calibration")
     gates = ("matches_original",)     # nothing is quantized before the surgery is checked
-    version = 2                       # 2: pre-quantized models refused; float overrides kept float
+    version = 3                       # 2: pre-quantized models refused; float overrides kept float
+    #                                   3: the context binary's facts (context.* properties)
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         fp = super().fingerprint(ctx)
@@ -51,10 +55,18 @@ class SimNpuStage(SimStage):
         report = check_htp(model, ctx.workdir, soc, samples,
                            QuantSettings.from_spec(export.quantization),
                            quantizer=shared_quantizer(ctx.env, export.name))
+        p, q = report.prepare, report.quantize
+        artefacts: dict[str, str] = {}
+        context_props: dict[str, Any] = {}
+        if p is not None and p.prepared and p.ctx_binary is not None:
+            context_props, context_findings, info_path = _context_facts(
+                ctx.workdir, p.ctx_binary, model, soc)
+            report.findings += context_findings
+            if info_path is not None:
+                artefacts["context_info"] = str(info_path)
         report_path = ctx.workdir / "sim_npu.json"
         report_path.write_text(json.dumps(report.to_dict(), indent=2), "utf-8")
-        p, q = report.prepare, report.quantize
-        artefacts = {"report": str(report_path)}
+        artefacts["report"] = str(report_path)
         if q is not None:
             artefacts["qdq_model"] = str(q.model)
         if p is not None:
@@ -76,6 +88,7 @@ class SimNpuStage(SimStage):
         if p is not None and p.context is not None:
             properties["binary_soc_type"] = p.context.soc_type
             properties["binary_arch"] = p.context.arch
+        properties.update(context_props)
         if p is not None and p.rejected:
             # every node not on the HTP: nodes_rejected (a reason logged) + nodes_other
             properties["nodes_not_on_htp"] = len(p.rejected)
@@ -101,3 +114,30 @@ class SimNpuStage(SimStage):
                            properties=properties, artefacts=artefacts,
                            data={"soc": soc.name, "float_model": str(model),
                                  "report": report.to_dict()})
+
+
+def _context_facts(workdir: Path, binary: Path, model: Path, soc: SocInfo
+                   ) -> tuple[dict[str, Any], list[Finding], Path | None]:
+    """What the simulator's context binary says it is (``context.*`` properties,
+    ``context_info.json``) and ``check_context`` against the target SoC and the pinned
+    model's I/O names. An unreadable binary is a WARNING, never the stage's failure."""
+    from qnn_ci.errors import UserError
+    from qnn_ci.model.onnx_io import model_signature
+    from qnn_ci.sdk.context_info import ExpectedTensor, check_context, dumps, read_context_info
+
+    try:
+        info = read_context_info(binary)
+        signature = model_signature(model)
+    except UserError as exc:
+        return {}, [Finding("context.unreadable", f"cannot read what the simulator's context "
+                            f"binary says it is ({exc.oneline()}); the prepare itself passed",
+                            Severity.WARNING, subject=binary.name)], None
+    path = workdir / "context_info.json"
+    path.write_text(dumps(info), "utf-8")
+    expected = [ExpectedTensor(n, None, None, True) for n in signature.inputs] + \
+        [ExpectedTensor(n, None, None, False) for n in signature.outputs]
+    findings = check_context(info, soc=soc, expected=expected, runtime_qnn_version=None,
+                             subject=binary.name)
+    return {"context.soc": info.soc, "context.htp_arch": info.htp_arch,
+            "context.vtcm_bytes": info.vtcm_bytes, "context.qnn_version": info.qnn_version,
+            "context.bytes": info.size_bytes}, findings, path

@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.results import Finding, Severity, StageResult, Status
-from qnn_ci.stage import StageContext
 from qnn_ci.stages.diagnosis_common import guarded, progress_logger
 from qnn_ci.stages.sim_common import SimStage
 
@@ -85,7 +85,7 @@ class SimNumericsStage(SimStage):
     def _killed(self, exc: Exception) -> StageResult:
         """A simulator worker killed by a signal (the OOM killer's SIGKILL): an error
         of this stage, one line naming it; never cached (it may not repeat)."""
-        from qnn_ci.pipeline import NO_CACHE
+        from qnn_ci.engine.pipeline import NO_CACHE
 
         text = exc.oneline() if isinstance(exc, UserError) else str(exc)
         msg = f"stage {self.name}: {text}"

@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 from qnn_ci.boards.session import board_session
+from qnn_ci.engine.results import StageResult
+from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import ToolError
-from qnn_ci.results import StageResult
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, Stage, StageContext
 from qnn_ci.stages import board_common
 
 log = logging.getLogger(__name__)
@@ -23,18 +21,10 @@ log = logging.getLogger(__name__)
 BACKENDS = ("cpu", "htp")
 
 
-class SoLoadStage(Stage):
+class SoLoadStage(board_common.BoardStage):
     name = "so_load"
     needs = ("model_lib", "calibration", "convert")
-    marker = "qnn_board"
-    settings = ("board", "target", "native_outputs")
-    cache_failures = False
-
-    def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
-        return board_common.unavailable(export, env)
-
-    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
-        return board_common.fingerprint(ctx)
+    settings = ("board", "target", "native_outputs", "htp_config")
 
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.boards.netrun import run_on_board  # numpy: only when it runs
@@ -55,6 +45,9 @@ class SoLoadStage(Stage):
             net_json = ctx.upstream["convert"].artefacts.get("net_json")
             _types, expected, type_findings = board_common.native_expectations(
                 net_json, board_common.net_json_outputs(net_json))
+        cpp = ctx.upstream["convert"].artefacts.get("cpp")
+        config = board_common.htp_config_writer(
+            ctx.export, board_common.export_soc(ctx.export, board), Path(cpp) if cpp else None)
         try:
             with board_session(board, ctx.env.environ) as transport:
                 fs_type = work_root_filesystem(transport, board)
@@ -62,7 +55,8 @@ class SoLoadStage(Stage):
                                   input_list=Path(cal.artefacts["input_list"]),
                                   input_names=names, backends=BACKENDS, workdir=ctx.workdir,
                                   max_samples=1, library_sdk_version=sdk_version,
-                                  native=native, expected_outputs=expected or None)
+                                  native=native, expected_outputs=expected or None,
+                                  htp_config=config)
         except (TransportError, ToolError) as exc:
             return board_common.board_error_result(self.name, board, exc)
         report = ctx.workdir / "so_load.json"

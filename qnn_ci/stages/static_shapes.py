@@ -9,13 +9,13 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from qnn_ci.cache import file_digest
+from qnn_ci.engine.cache import file_digest
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Stage, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.memo import MEMO_DIR
-from qnn_ci.model_signature import signature
-from qnn_ci.results import StageResult, Status
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Stage, StageContext
+from qnn_ci.model.signature import signature
+from qnn_ci.util.memo import MEMO_DIR
 
 if TYPE_CHECKING:   # onnxruntime (via qnn_ci.shapes) only when the stage really runs
     import numpy as np

@@ -35,9 +35,9 @@ from typing import TypeVar
 import adbutils
 from adbutils import AdbClient, AdbDevice, AdbError, AdbTimeout
 
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
 from qnn_ci.transport.base import CommandResult, TransportError
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.remote_shell import (
     SMALL_OP_TIMEOUT,
     ShellFileOps,

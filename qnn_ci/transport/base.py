@@ -6,11 +6,11 @@ names and paths from manifests and models never reach a remote shell unquoted.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from qnn_ci.errors import ToolError
-from qnn_ci.records import dataclass
 
 
 class TransportError(Exception):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.transport.base import Transport
+from qnn_ci.transport.config import BoardConfig
 
 
 def open_transport(board: BoardConfig) -> Transport:

@@ -16,9 +16,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
 from qnn_ci.transport.base import CommandResult, DiskFullError
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.procgroup import kill_group
 from qnn_ci.transport.remote_shell import merged_env, removable_path
 

@@ -24,7 +24,7 @@ from qnn_ci.errors import ToolError
 from qnn_ci.transport.base import CommandResult, DiskFullError, TransportError
 
 if TYPE_CHECKING:
-    from qnn_ci.boards.config import BoardConfig
+    from qnn_ci.transport.config import BoardConfig
 
 SMALL_OP_TIMEOUT = 60.0
 PGID_MARKER = "__qnn_ci_pgid="

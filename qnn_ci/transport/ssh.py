@@ -43,9 +43,9 @@ from paramiko.ssh_exception import (
     SSHException,
 )
 
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError, UserError
 from qnn_ci.transport.base import CommandResult, TransportError
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.remote_shell import (
     ShellFileOps,
     kill_group_command,

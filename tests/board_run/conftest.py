@@ -15,8 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 from fixtures.qairt_standin.net_run import make_board
 from fixtures.small_disk import small_disk_or_skip
 from fixtures.sshd import SshServer, running_sshd
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.transport.base import Transport
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.factory import open_transport
 
 INPUT_SHAPE = (1, 3, 16, 16)

@@ -16,12 +16,13 @@ import pytest
 from fixtures.qairt_standin import make_esdk, make_sdk
 from fixtures.qairt_standin.net_run import set_faults
 from qnn_ci.diagnose.names import map_debug_files, sanitize_chars
-from qnn_ci.pipeline import Pipeline, load_stages
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import CalibrationSpec, DiagnosisSpec, ExportSpec, InputSpec, TargetSpec
+from qnn_ci.engine.stage import Environment
 from qnn_ci.report import junit
 from qnn_ci.report.summary import Row, markdown_summary, terminal_table
-from qnn_ci.results import StageResult, Status
-from qnn_ci.spec import CalibrationSpec, DiagnosisSpec, ExportSpec, InputSpec, TargetSpec
-from qnn_ci.stage import Environment
+from qnn_ci.stages.registry import load_stages
 from tests.board_run.conftest import INPUT_SHAPE, Board, build_cnn, write_samples
 
 STAGES = ("static_shapes", "calibration", "dry_run", "convert", "model_lib", "so_load",

@@ -15,9 +15,9 @@ from qnn_ci.boards import latency as lt
 from qnn_ci.boards.latency import median_p90, parse_viewer_output, timed
 from qnn_ci.boards.latency_run import LatencyRequest, request_for
 from qnn_ci.boards.netrun import NetRunResult, run_on_board
-from qnn_ci.results import Severity, Status
-from qnn_ci.spec import ExportSpec, LatencySpec
-from qnn_ci.stage import Environment
+from qnn_ci.engine.results import Severity, Status
+from qnn_ci.engine.spec import ExportSpec, LatencySpec
+from qnn_ci.engine.stage import Environment
 from qnn_ci.stages.htp_vs_cpu import HtpVsCpuStage
 from tests.board_run.conftest import Board, StandinBuild, write_samples
 from tests.board_run.test_stages import _ctx, _env, _export, _upstream

@@ -11,8 +11,8 @@ from fixtures.qairt_standin.net_run import set_faults
 from qnn_ci.boards.netrun import NetRunResult, run_on_board
 from qnn_ci.boards.result_files import ExpectedOutput
 from qnn_ci.compare.outputs import sanitize
+from qnn_ci.engine.results import Severity
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity
 from tests.board_run.conftest import (
     HOSTILE,
     OUTPUTS,

@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from fixtures.qairt_standin import make_esdk, make_sdk
-from qnn_ci.pipeline import Pipeline, load_stages
-from qnn_ci.results import Severity, Status
-from qnn_ci.spec import CalibrationSpec, ExportSpec, InputSpec, TargetSpec
-from qnn_ci.stage import Environment
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import Severity, Status
+from qnn_ci.engine.spec import CalibrationSpec, ExportSpec, InputSpec, TargetSpec
+from qnn_ci.engine.stage import Environment
+from qnn_ci.stages.registry import load_stages
 from tests.board_run.conftest import INPUT_SHAPE, Board, build_cnn, write_samples
 
 STAGES = ("static_shapes", "calibration", "dry_run", "convert", "model_lib", "so_load",

@@ -12,10 +12,10 @@ import pytest
 
 from fixtures.qairt_standin.net_run import make_board, set_faults
 from fixtures.sshd import free_port
-from qnn_ci.pipeline import NO_CACHE
-from qnn_ci.results import Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec, TargetSpec, Thresholds
-from qnn_ci.stage import Environment, StageContext
+from qnn_ci.engine.pipeline import NO_CACHE
+from qnn_ci.engine.results import Severity, StageResult, Status
+from qnn_ci.engine.spec import ExportSpec, TargetSpec, Thresholds
+from qnn_ci.engine.stage import Environment, StageContext
 from qnn_ci.stages.htp_vs_cpu import HtpVsCpuStage
 from qnn_ci.stages.so_load import SoLoadStage
 from tests.board_run.conftest import INPUT_SHAPE, OUTPUTS, Board, StandinBuild

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from fixtures.qairt_standin.net_run import make_board, set_faults
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.boards.netrun import run_on_board
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.local import LocalTransport
 from tests.board_run.conftest import StandinBuild, write_samples
 

@@ -9,7 +9,7 @@ import pytest
 
 from qnn_ci.compare.accuracy import accuracy_rule
 from qnn_ci.compare.outputs import load_output_set
-from qnn_ci.results import Severity
+from qnn_ci.engine.results import Severity
 from tests.compare.conftest import make_net_run
 
 TRUTH = np.linspace(0.0, 10.0, 1001)            # range 10: 0.4 % of it is 0.04

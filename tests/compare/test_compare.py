@@ -14,8 +14,8 @@ import pytest
 from qnn_ci.compare.compare import compare_sets, metric_properties
 from qnn_ci.compare.outputs import load_output_set
 from qnn_ci.compare.thresholds import apply_thresholds
+from qnn_ci.engine.results import Severity
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity
 from tests.compare.conftest import make_net_run, reference_metrics, write_raw
 
 

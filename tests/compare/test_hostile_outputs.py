@@ -21,8 +21,8 @@ from qnn_ci.boards.result_files import ExpectedOutput, check_result_files, resul
 from qnn_ci.cli import main
 from qnn_ci.compare import compare_sets, load_output_set
 from qnn_ci.compare.outputs import missing_numbers, pair_samples
+from qnn_ci.engine.results import Severity
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity
 
 
 def _sample(root: Path, n: int | str, values: list[float] | None = None) -> None:

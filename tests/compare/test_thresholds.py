@@ -14,9 +14,9 @@ from qnn_ci.compare.thresholds import (
     parse_threshold,
     resolve_bounds,
 )
+from qnn_ci.engine.results import Severity
+from qnn_ci.engine.spec import Thresholds
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity
-from qnn_ci.spec import Thresholds
 
 
 @pytest.mark.parametrize(("token", "output", "metric", "value"), [

@@ -9,6 +9,6 @@ the re-imported package's. Modules imported before the run are kept.
 
 from __future__ import annotations
 
-import qnn_ci.pipeline
+import qnn_ci.engine.pipeline
 import qnn_ci.report.junit
-import qnn_ci.session  # noqa: F401
+import qnn_ci.runner.session  # noqa: F401

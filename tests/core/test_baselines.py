@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci import baselines as bl
+from qnn_ci.engine.results import StageResult, Status
 from qnn_ci.errors import UserError
-from qnn_ci.regression import Rule, check_tolerances, compare, rule_for
-from qnn_ci.results import StageResult, Status
+from qnn_ci.nightly import baselines as bl
+from qnn_ci.nightly.regression import Rule, check_tolerances, compare, rule_for
 
 SIM = ("det", "QCS6490", "simulator")
 
@@ -212,7 +212,7 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
 
 
 def test_the_manifest_names_the_file_and_results_are_written_there(tmp_path: Path) -> None:
-    from qnn_ci.manifest import load_manifest
+    from qnn_ci.manifest.loader import load_manifest
 
     (tmp_path / "m.onnx").write_bytes(b"")
     (tmp_path / "qnn-ci.yaml").write_text(
@@ -230,27 +230,21 @@ def test_the_manifest_names_the_file_and_results_are_written_there(tmp_path: Pat
     assert entry.metrics == {"nodes_on_htp": 3} and entry.versions["qnn_ci"]
 
 
-def test_a_cached_run_reads_the_memo_and_a_bad_memo_is_a_miss(tmp_path: Path) -> None:
-    path, memo = tmp_path / "qnn-baselines.yaml", tmp_path / ".memo"
+def test_a_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
+    """Remembered in the process, but never past a change of the file."""
+    path = tmp_path / "qnn-baselines.yaml"
     bl.write(path, {SIM: _entry()})
-    first = bl.load(path, memo)
-    stored = list(memo.rglob("*.json"))
-    assert len(stored) == 1
-    bl._MEMO.clear()
-    assert bl.load(path, memo).entries == first.entries
-    key = stored[0].stem
-    stored[0].write_text(f'{{"key": "{key}", "value": [[1]]}}')    # not its shape: a miss
-    bl._MEMO.clear()
-    assert bl.load(path, memo).entries == first.entries
+    first = bl.load(path)
+    assert bl.load(path) is first                           # unchanged: remembered
     path.write_text("exports: 3\n")                        # new content: parsed, refused
     with pytest.raises(UserError, match="must be a mapping"):
-        bl.load(path, memo)
+        bl.load(path)
 
 
 def test_latency_methods_compare_only_like_with_like() -> None:
     """A summary's average is not a median: each way of measuring is its own method;
     per-inference text and CSV give the same statistic."""
-    from qnn_ci import baselines as bl
+    from qnn_ci.nightly import baselines as bl
 
     def method(m: str, source: str | None = None) -> str:
         props = {"latency.method": m} | ({"latency.source": source} if source else {})

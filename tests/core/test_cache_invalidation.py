@@ -6,12 +6,13 @@ upstream ones first, is reused.
 The matrix runs the real stages — static_shapes, calibration (a generator package
 with a helper and a `depends:` data file, then an input list), encodings, sim_npu,
 sim_numerics on onnxruntime-qnn; dry_run, convert, contract, fp16_gate, model_lib
-on the stand-in SDK; so_load, htp_vs_cpu on the stand-in board over a real sshd —
-and applies the mutations one after the other, each against the state the previous
-one left (so each costs only what it re-runs). For each mutation the test states,
-by hand, which stages READ the changed thing (their own part of the key — settings
-and fingerprint — must change, and nobody else's) and which stages RE-RUN (the
-readers plus the stages downstream whose upstream artefacts changed).
+on the stand-in SDK; so_load, htp_vs_cpu, context_binary, context_run on the
+stand-in board over a real sshd — and applies the mutations one after the other,
+each against the state the previous one left (so each costs only what it re-runs).
+For each mutation the test states, by hand, which stages READ the changed thing
+(their own part of the key — settings and fingerprint — must change, and nobody
+else's) and which stages RE-RUN (the readers plus the stages downstream whose
+upstream artefacts changed).
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ import pytest
 from fixtures.qairt_standin import make_esdk, make_sdk
 from fixtures.qairt_standin.net_run import make_board
 from fixtures.sshd import SshServer, running_sshd
-from qnn_ci.cache import digest
-from qnn_ci.pipeline import STAGE_ORDER, Pipeline, export_settings, load_stages
-from qnn_ci.results import StageResult, Status
-from qnn_ci.spec import (
+from qnn_ci.engine.cache import digest
+from qnn_ci.engine.pipeline import Pipeline, export_settings
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import (
     CalibrationSpec,
     DiagnosisSpec,
     ExportSpec,
+    HtpConfigSpec,
     InputSpec,
     OriginalSpec,
     QuantizationSpec,
@@ -44,7 +46,8 @@ from qnn_ci.spec import (
     TargetSpec,
     Thresholds,
 )
-from qnn_ci.stage import Environment, StageContext
+from qnn_ci.engine.stage import STAGE_ORDER, Environment, StageContext
+from qnn_ci.stages.registry import load_stages
 from tests.board_run.conftest import INPUT_SHAPE, build_cnn, write_samples
 from tests.sim.conftest import REASON as SIM_REASON
 
@@ -146,7 +149,7 @@ def world(sshd: SshServer, tmp_path: Path) -> Iterator[World]:
     sshd.kill_remote()
 
 
-BOARD_STAGES = frozenset({"so_load", "htp_vs_cpu"})
+BOARD_STAGES = frozenset({"so_load", "htp_vs_cpu", "context_binary", "context_run"})
 
 
 def run_all(world: World, stages: frozenset[str] = ALL
@@ -176,11 +179,12 @@ def own_keys(p: Pipeline, export: ExportSpec) -> dict[str, str]:
 S, C, E, N, U = "static_shapes", "calibration", "encodings", "sim_npu", "sim_numerics"
 D, V, K, F, L = "dry_run", "convert", "contract", "fp16_gate", "model_lib"
 SO, H, M = "so_load", "htp_vs_cpu", "matches_original"
+CB, CR = "context_binary", "context_run"
 # regression's key is what it compares (the numbers measured, the baseline entries):
 # it is not in the chains (it needs a baselines file); tests/core/test_regression_stage.py
 R = "regression"
-AFTER_CALIBRATION = frozenset({C, M, N, U, V, K, F, L, SO, H})   # calibration + dependents
-AFTER_CONVERT = frozenset({V, K, F, L, SO, H})
+AFTER_CALIBRATION = frozenset({C, M, N, U, V, K, F, L, SO, H, CB, CR})   # calibration + dependents
+AFTER_CONVERT = frozenset({V, K, F, L, SO, H, CB, CR})
 
 
 @dataclass(frozen=True)
@@ -246,9 +250,14 @@ MUTATIONS = [
     Mutation("target.soc QCS6490 -> SM8550", "target",
              lambda w: replace(w.export, target=replace(w.export.target, soc="SM8550")),
              ALL - {S, C, M}, ALL - {S, C, M}),
+    # and back: the stand-in board is a QCS6490, its generator builds for it, and the
+    # binary then says it is not what the target asks for (context_binary fails)
+    Mutation("target.soc SM8550 -> QCS6490", "target",
+             lambda w: replace(w.export, target=replace(w.export.target, soc="QCS6490")),
+             ALL - {S, C, M}, ALL - {S, C, M}),
     Mutation("thresholds cosine 0.99 -> 0.98", "thresholds",
              lambda w: replace(w.export, thresholds=Thresholds(default={"cosine": 0.98})),
-             frozenset({U, H}), frozenset({U, H})),
+             frozenset({U, H, CR}), frozenset({U, H, CR})),
     Mutation("sim.samples 1 -> 2", "sim",
              lambda w: replace(w.export, sim=SimSpec(samples=2)), frozenset({U}),
              frozenset({U})),
@@ -259,8 +268,13 @@ MUTATIONS = [
              lambda w: replace(w.export, sdk=replace(w.export.sdk, timeout_s=3000.0)),
              frozenset({D, V, L}), frozenset({D, V, L})),
     Mutation("board standin -> standin2", "board",
-             lambda w: replace(w.export, board="standin2"), frozenset({L, SO, H}),
-             frozenset({L, SO, H})),
+             lambda w: replace(w.export, board="standin2"), frozenset({L, SO, H, CB, CR}),
+             frozenset({L, SO, H, CB, CR})),
+    # the same config goes to every tool that takes one: both qnn-net-run runs of the
+    # .so, the generator, and the context binary's run
+    Mutation("htp_config none -> vtcm_mb 2, O 3", "htp_config",
+             lambda w: replace(w.export, htp_config=HtpConfigSpec(vtcm_mb=2, O=3)),
+             frozenset({SO, H, CB, CR}), frozenset({SO, H, CB, CR})),
     Mutation("inputs.x.encoding -> other", "inputs",
              lambda w: replace(w.export, inputs={"x": InputSpec("x", INPUT_SHAPE, "float32",
                                                                encoding="other")}),
@@ -276,7 +290,7 @@ MUTATIONS = [
     # reads only convert's artefacts (contract, fp16_gate, model_lib, so_load) is
     # reused — a re-run that makes the same files re-runs nothing after it.
     Mutation("opset none -> 18", "opset", lambda w: replace(w.export, opset=18),
-             frozenset({S}), frozenset({S, C, M, E, N, U, D, V, H})),
+             frozenset({S}), frozenset({S, C, M, E, N, U, D, V, H, CR})),
     Mutation("original.cosine 0.999999 -> 0.99999", "original",
              lambda w: replace(w.export, original=OriginalSpec(w.export.model, 0.99999)),
              frozenset({M}), frozenset({M})),
@@ -285,23 +299,24 @@ MUTATIONS = [
     Mutation("input list .raw bytes", None, _raw_bytes, frozenset({C}), AFTER_CALIBRATION),
     Mutation("latency.runs 20 -> 5", "latency",
              lambda w: replace(w.export, latency=replace(w.export.latency, runs=5)),
-             frozenset({H}), frozenset({H})),
+             frozenset({H, CR}), frozenset({H, CR})),
     # Last, and toggled back: the stand-in library carries no native output types, so
     # so_load fails with native outputs (a board failure is never cached).
     Mutation("native_outputs false -> true", "native_outputs",
-             lambda w: replace(w.export, native_outputs=True), frozenset({SO, H}),
-             frozenset({SO, H})),
-    # htp_vs_cpu never ran with native outputs (blocked): its stored result, made with
-    # native_outputs false, matches again and is reused.
+             lambda w: replace(w.export, native_outputs=True), frozenset({SO, H, CR}),
+             frozenset({SO, H, CR})),
+    # htp_vs_cpu and context_run never ran with native outputs (blocked): their stored
+    # results, made with native_outputs false, match again and are reused.
     Mutation("native_outputs true -> false", "native_outputs",
-             lambda w: replace(w.export, native_outputs=False), frozenset({SO, H}),
+             lambda w: replace(w.export, native_outputs=False), frozenset({SO, H, CR}),
              frozenset({SO})),
 ]
 MUTATIONS.append(Mutation(
     "regression.tolerances cosine -> 0.01", "regression",
     lambda w: replace(w.export, regression=RegressionSpec(tolerances={"cosine": 0.01})),
     frozenset({R}), frozenset({R})))
-MAY_FAIL = {"native_outputs false -> true": {SO, H}}   # H: blocked by the failed so_load
+MAY_FAIL = {"native_outputs false -> true": {SO, H, CR},    # H, CR: blocked by so_load
+            "target.soc QCS6490 -> SM8550": {CB, CR}}         # CR: blocked by it
 
 
 def test_every_declared_setting_of_every_stage_is_mutated() -> None:
@@ -320,9 +335,11 @@ def test_every_declared_setting_of_every_stage_is_mutated() -> None:
 
 # The board stages take seconds per run: their chain applies the changes that matter
 # to them (read by them, feeding them, or neither), in the same order.
-BOARD_CHAIN = ("target.soc QCS6490 -> SM8550", "thresholds cosine 0.99 -> 0.98",
+BOARD_CHAIN = ("target.soc QCS6490 -> SM8550", "target.soc SM8550 -> QCS6490",
+               "thresholds cosine 0.99 -> 0.98",
                "sim.samples 1 -> 2", "sdk.timeout_s 3600 -> 3000",
-               "board standin -> standin2", "calibration.samples 4 -> 3",
+               "board standin -> standin2", "htp_config none -> vtcm_mb 2, O 3",
+               "calibration.samples 4 -> 3",
                "opset none -> 18", "latency.runs 20 -> 5", "native_outputs false -> true",
                "native_outputs true -> false")
 
@@ -351,8 +368,9 @@ def check_chain(world: World, stages: frozenset[str], mutations: list[Mutation])
             wrong[m.what] = {k: {"missing": sorted(want[k] - seen[k]),
                                  "unexpected": sorted(seen[k] - want[k])}
                              for k in seen if seen[k] != want[k]}
+            wrong[m.what]["why"] = {s: res[s].summary for s in seen["failed"]}
         keys = new_keys
-    assert wrong == {}
+    assert wrong == {}, json.dumps(wrong, indent=1, default=str)
 
 
 @pytest.mark.slow

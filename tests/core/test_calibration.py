@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from qnn_ci.calibration.input_list import read_input_list
-from qnn_ci.manifest import load_manifest
-from qnn_ci.pipeline import Pipeline
-from qnn_ci.results import Status
-from qnn_ci.stage import Environment
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import Status
+from qnn_ci.engine.stage import Environment
+from qnn_ci.manifest.loader import load_manifest
+from qnn_ci.stages.registry import load_stages
 from tests.core.graphs import scale_model, two_input_model
 
 GEN = '''
@@ -66,7 +67,7 @@ def setup(tmp_path: Path, body: str) -> Pipeline:
     p = tmp_path / "qnn-ci.yaml"
     p.write_text(textwrap.dedent(body).lstrip())
     m = load_manifest(p)
-    return Pipeline(m.exports, Environment(workdir=tmp_path / "work"))
+    return Pipeline(m.exports, Environment(workdir=tmp_path / "work"), stages=load_stages())
 
 
 def test_generator_writes_exact_dtype_raw_files_and_held_out(tmp_path: Path) -> None:
@@ -244,7 +245,8 @@ def test_same_generator_module_name_in_two_manifest_folders(tmp_path: Path) -> N
             "exports:\n  - name: a\n    model: m.onnx\n    inputs: {x: {shape: [1, 4]}}\n"
             "    calibration: {generator: 'calib:gen', samples: 1, held_out: 0}\n")
         m = load_manifest(d / "qnn-ci.yaml")
-        r = Pipeline(m.exports, Environment(workdir=d / "work")).result("a", "calibration")
+        r = Pipeline(m.exports, Environment(workdir=d / "work"),
+                     stages=load_stages()).result("a", "calibration")
         (sample,) = read_input_list(Path(r.artefacts["input_list"]), ["x"])
         results.append(float(np.fromfile(sample["x"], "<f4")[0]))
     assert results == [1.0, 5.0]

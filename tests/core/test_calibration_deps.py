@@ -14,10 +14,11 @@ import pytest
 
 from qnn_ci.calibration.input_list import read_input_list
 from qnn_ci.calibration.project_modules import import_closure, package_versions
-from qnn_ci.manifest import load_manifest
-from qnn_ci.pipeline import Pipeline, load_stages
-from qnn_ci.results import StageResult, Status
-from qnn_ci.stage import Environment
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.stage import Environment
+from qnn_ci.manifest.loader import load_manifest
+from qnn_ci.stages.registry import load_stages
 from tests.sim.conftest import REASON as SIM_REASON
 from tests.sim.conftest import conv_graph
 

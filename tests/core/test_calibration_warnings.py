@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from qnn_ci.cli import main
-from qnn_ci.report.warning_lines import group_warnings, warning_lines, warning_properties
+from qnn_ci.engine.warning_lines import group_warnings, warning_lines, warning_properties
 from tests.core.graphs import scale_model
 
 pytest_plugins = ["pytester"]

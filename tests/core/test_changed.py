@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qnn_ci.changed import select
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import load_manifest
+from qnn_ci.manifest.loader import load_manifest
+from qnn_ci.runner.changed import select
 from tests.core.graphs import scale_model
 
 HELPER = "SEED = 1\n"
@@ -229,7 +229,7 @@ def test_hostile_manifest_at_ref_selects_everything_quickly(repo: Path) -> None:
 
 
 def test_a_changed_baseline_entry_selects_its_export(repo: Path) -> None:
-    from qnn_ci.baselines import Entry, update
+    from qnn_ci.nightly.baselines import Entry, update
 
     path = repo / "qnn-baselines.yaml"
     update(path, {("gen", "QCS6490", "simulator"): Entry({"y.cosine": 0.999}, "abc"),
@@ -251,7 +251,7 @@ def test_the_work_folder_is_not_listed_as_changed_but_a_retargeted_link_is(
         repo: Path) -> None:
     """qnn-ci's own work folder (thousands of untracked results) is left out of the
     changed files; a tracked symlink that now points elsewhere is the file it names."""
-    from qnn_ci.changed import changed_paths, resolve_ref
+    from qnn_ci.runner.changed import changed_paths, resolve_ref
 
     (repo / "link.onnx").symlink_to("a.onnx")
     git(repo, "add", "link.onnx")

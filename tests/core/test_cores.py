@@ -8,7 +8,7 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
-from qnn_ci.cores import limit_threads, session_threads, share_of_cores, usable_cores
+from qnn_ci.util.cores import limit_threads, session_threads, share_of_cores, usable_cores
 
 
 def test_share_and_session_threads_follow_the_xdist_workers() -> None:
@@ -36,8 +36,8 @@ def test_limit_threads_sets_a_real_session_options() -> None:
 
 def test_the_products_sessions_take_their_share(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from qnn_ci.shapes.modelio import open_session
-    from qnn_ci.sim.numerics import cpu_session
+    from qnn_ci.model.modelio import open_session
+    from qnn_ci.sim.sessions import cpu_session
     from tests.core.graphs import scale_model
 
     model = tmp_path / "m.onnx"

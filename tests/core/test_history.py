@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from qnn_ci import history, trends
 from qnn_ci.errors import UserError
+from qnn_ci.nightly import history, trends
 from tests.core.graphs import FLOATS_GEN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,8 +155,8 @@ def test_the_commit_and_date_of_the_run_win_over_where_and_when_it_is_added(
     """A report `qnn-ci run --junit` wrote for a manifest in a git work tree carries
     that commit and the run's date: `history add` from another folder (another git
     work tree), days later (the file touched since), records them, not its own."""
+    from qnn_ci.engine.results import StageResult, Status
     from qnn_ci.report.junit import JUnitWriter, testcase
-    from qnn_ci.results import StageResult, Status
     from tests.core.test_junit_writer import git_repo
 
     head = git_repo(tmp_path / "repo")

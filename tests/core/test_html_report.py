@@ -273,7 +273,7 @@ def test_every_user_string_is_escaped(tmp_path: Path) -> None:
 
 
 def test_baselines_column_when_the_file_exists(run: Path, tmp_path: Path) -> None:
-    from qnn_ci import baselines as bl
+    from qnn_ci.nightly import baselines as bl
 
     primary = read_junit(run / "junit.xml")
     page = tmp_path / "r.html"
@@ -302,7 +302,7 @@ def test_baselines_from_the_manifests_baselines_key(run: Path, tmp_path: Path) -
     """A manifest whose ``baselines:`` names another file: the report shows that file's
     numbers, not those of a qnn-baselines.yaml beside the manifest; for the manifest
     the JUnit names and for one given with --manifest (a work folder alone names none)."""
-    from qnn_ci import baselines as bl
+    from qnn_ci.nightly import baselines as bl
 
     project = tmp_path / "project"
     shutil.copytree(run / "models", project / "models")

@@ -15,11 +15,12 @@ from onnx import TensorProto, helper
 from qnn_ci.calibration.input_list import read_input_list, write_input_list
 from qnn_ci.calibration.list_tokens import UnwritableInputList
 from qnn_ci.cli import main
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.stage import Environment
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import load_manifest
-from qnn_ci.pipeline import Pipeline, load_stages
-from qnn_ci.results import StageResult, Status
-from qnn_ci.stage import Environment
+from qnn_ci.manifest.loader import load_manifest
+from qnn_ci.stages.registry import load_stages
 from tests.core.graphs import scale_model
 from tests.sim.conftest import REASON as SIM_REASON
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from qnn_ci.cli import main
-from qnn_ci.pipeline import Pipeline
-from qnn_ci.results import StageResult
-from qnn_ci.stage import StageContext
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import StageResult
+from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages.static_shapes import StaticShapesStage
 from tests.core.graphs import scale_model
 
@@ -207,21 +207,21 @@ def test_pytest_exits_3_when_a_stage_crashed(pytester: pytest.Pytester,
 
 def test_pytest_manifest_qnn_ci_crashes_on_is_one_failing_item(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    import qnn_ci.session  # the plugin looks open_pipeline up there when it collects
+    import qnn_ci.runner.session  # the plugin looks open_pipeline up there when it collects
 
     project(pytester.path)
     other = pytester.path / "other"
     other.mkdir()
     project(other).write_text(textwrap.dedent(MANIFEST).lstrip().replace("name: a", "name: c")
                               .replace("name: b", "name: d"))
-    real = qnn_ci.session.open_pipeline
+    real = qnn_ci.runner.session.open_pipeline
 
     def open_pipeline(path: Path, opts: Any) -> Any:
         if path.parent.name == "other":
             raise RecursionError("maximum recursion depth exceeded")
         return real(path, opts)
 
-    monkeypatch.setattr(qnn_ci.session, "open_pipeline", open_pipeline)
+    monkeypatch.setattr(qnn_ci.runner.session, "open_pipeline", open_pipeline)
     res = pytester.runpytest("-k", "static_shapes or internal", "-p", "no:cacheprovider")
     assert res.ret == pytest.ExitCode.INTERNAL_ERROR
     res.assert_outcomes(passed=2, failed=1)   # the other manifest's exports still ran

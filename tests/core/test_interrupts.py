@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.qairt_standin import make_esdk, make_sdk
-from qnn_ci import interrupts
+from qnn_ci.cli import interrupts
 from tests.core.graphs import FLOATS_GEN, scale_model
 
 
@@ -247,7 +247,7 @@ def test_ignored_sigterm_and_other_threads_are_left_alone() -> None:
 def test_third_signal_stops_at_once(tmp_path: Path) -> None:
     code = textwrap.dedent("""
         import os, signal, sys, time
-        from qnn_ci import interrupts
+        from qnn_ci.cli import interrupts
         with interrupts.stop_on_signals():
             try:
                 print("ready", flush=True)

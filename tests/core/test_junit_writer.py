@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from qnn_ci.engine.results import Finding, StageResult, Status
 from qnn_ci.report.junit import JUnitWriter, git_state
 from qnn_ci.report.junit import testcase as case_of
-from qnn_ci.results import Finding, StageResult, Status
 
 
 def cases(path: Path) -> list[ET.Element]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from qnn_ci.listing import cut_text, more_text, shown
 from qnn_ci.shapes.report import LOOSE_SHOWN, ShapeReport, TensorShapeInfo
+from qnn_ci.util.listing import cut_text, more_text, shown
 
 
 def test_shown_keeps_the_worst_and_counts_the_rest() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from qnn_ci.cli import main
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import load_manifest, schema
+from qnn_ci.manifest.loader import load_manifest, schema
 from tests.core.graphs import scale_model, two_input_model
 
 
@@ -282,7 +282,7 @@ def test_published_schema_is_valid_draft_2020_12() -> None:
 
 
 def test_published_schema_embeds_the_board_registry_schema() -> None:
-    from qnn_ci.boards.registry import BOARDS_SCHEMA
+    from qnn_ci.manifest.boards_file import BOARDS_SCHEMA
 
     assert schema()["properties"]["boards"] == BOARDS_SCHEMA
 

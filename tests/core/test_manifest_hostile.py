@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci import yaml_loader
 from qnn_ci.cli import main
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import load_manifest
-from qnn_ci.yaml_lines import MAX_DEPTH, MAX_NODES, load_yaml_with_lines
+from qnn_ci.manifest import yaml_lines
+from qnn_ci.manifest.loader import load_manifest
+from qnn_ci.manifest.yaml_lines import MAX_DEPTH, MAX_NODES, load_yaml_with_lines
 from tests.core.graphs import scale_model, two_input_model
 
 pytest_plugins = ["pytester"]
@@ -119,11 +119,11 @@ CASES: list[tuple[str, bytes | str, int, str | None, str]] = [
 ]
 
 
-@pytest.fixture(params=yaml_loader._LOADERS, ids=lambda c: c.__name__)
+@pytest.fixture(params=yaml_lines._LOADERS, ids=lambda c: c.__name__)
 def loader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each YAML parser the loader can use: libyaml's (when PyYAML has it) and the
     pure-Python fallback."""
-    monkeypatch.setattr(yaml_loader, "_LOADERS", [request.param])
+    monkeypatch.setattr(yaml_lines, "_LOADERS", [request.param])
 
 
 @pytest.fixture
@@ -302,7 +302,7 @@ def test_yaml_loader_refuses_with_file_and_line(tmp_path: Path, data: bytes, lin
 def test_manifest_module_imports_no_heavy_modules() -> None:
     """`import qnn_ci.plugin` stays light: the manifest module imports jsonschema,
     onnx and numpy only when it loads a manifest."""
-    code = ("import sys, qnn_ci.manifest; "
+    code = ("import sys, qnn_ci.manifest.loader; "
             "print(sorted({'jsonschema', 'onnx', 'numpy'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

@@ -1,6 +1,6 @@
 """`original:` — the adapted model must compute what the framework export before
 surgery computes, on the calibration and held-out samples, before anything is
-quantized (stage matches_original, qnn_ci.original_match). Real surgery on the
+quantized (stage matches_original, qnn_ci.shapes.original_match). Real surgery on the
 real PP-OCR classifier, through the real pipeline; and the engine's gate: the
 quantizing stages do not run after a failure, and exports without `original:`
 keep their cache keys."""
@@ -16,13 +16,14 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from qnn_ci.manifest import load_manifest
-from qnn_ci.original_match import compare_arrays
-from qnn_ci.pipeline import Pipeline, load_stages
-from qnn_ci.results import Status
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Environment, Stage, StageContext
+from qnn_ci.manifest.loader import load_manifest
+from qnn_ci.shapes.original_match import compare_arrays
 from qnn_ci.sim.constants import fold_constants
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, Stage, StageContext
+from qnn_ci.stages.registry import load_stages
 from tests.core.graphs import scale_model, two_input_model
 
 pytest_plugins = ["pytester"]
@@ -203,7 +204,7 @@ def test_no_original_no_item(tmp_path: Path) -> None:
     (tmp_path / "qnn-ci.yaml").write_text(
         "exports:\n  - name: a\n    model: m.onnx\n    inputs: {x: {shape: [1, 4]}}\n")
     p = Pipeline(load_manifest(tmp_path / "qnn-ci.yaml").exports,
-                 Environment(workdir=tmp_path / "work"))
+                 Environment(workdir=tmp_path / "work"), stages=load_stages())
     assert "matches_original" not in p.stage_names(p.exports["a"])
     assert "matches_original" in p.stages
 
@@ -225,7 +226,7 @@ class _Step(Stage):
     outcome: ClassVar[str] = "pass"
 
     def run(self, ctx: StageContext) -> object:
-        from qnn_ci.results import StageResult
+        from qnn_ci.engine.results import StageResult
 
         with (ctx.env.workdir / "runs.log").open("a") as fh:
             fh.write(f"{self.name}\n")

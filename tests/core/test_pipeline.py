@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 
 import pytest
 
+from qnn_ci.engine.pipeline import Pipeline, exit_status
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Environment, Stage, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.pipeline import Pipeline, exit_status
-from qnn_ci.results import StageResult, Status
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, Stage, StageContext
 
 
 class Counting(Stage):

@@ -44,7 +44,8 @@ def test_items_node_ids_and_markers(project: pytest.Pytester) -> None:
     assert "qnn-ci.yaml::a::calibration" in ids
     stages = [i.split("::")[2] for i in ids if i.startswith("qnn-ci.yaml::a::")]
     order = ["static_shapes", "calibration", "sim_npu", "sim_numerics", "dry_run", "convert",
-             "contract", "fp16_gate", "model_lib", "so_load", "htp_vs_cpu", "regression"]
+             "contract", "fp16_gate", "model_lib", "so_load", "htp_vs_cpu", "context_binary",
+             "context_run", "regression"]
     assert [s for s in order if s in stages] == stages  # pipeline order
     res = project.runpytest("--collect-only", "-q", "-m", "qnn")   # every stage item
     assert [ln for ln in res.outlines if ln.startswith("qnn-ci.yaml::a::")] == \

@@ -16,7 +16,8 @@ from tests.core.graphs import scale_model
 pytest_plugins = ["pytester"]
 
 HEAVY = ("numpy", "onnx", "onnxruntime", "jsonschema", "yaml", "fabric", "paramiko",
-         "filelock", "junit_xml", "qnn_ci.manifest", "qnn_ci.pipeline", "qnn_ci.session")
+         "filelock", "junit_xml", "qnn_ci.manifest.loader", "qnn_ci.engine.pipeline",
+         "qnn_ci.runner.session")
 
 # Written by the project's conftest when pytest ends: which heavy modules it imported.
 DUMP = f'''
@@ -63,4 +64,4 @@ def test_a_run_with_a_manifest_loads_the_engine(pytester: pytest.Pytester) -> No
             inputs: {x: {shape: [1, 4]}}
     """).lstrip())
     got = _loaded(pytester, "--collect-only")
-    assert {"yaml", "qnn_ci.manifest", "qnn_ci.pipeline"} <= set(got["loaded"])  # type: ignore[arg-type]
+    assert {"yaml", "qnn_ci.manifest.loader", "qnn_ci.engine.pipeline"} <= set(got["loaded"])  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Already-quantized models (qnn_ci.prequantized): detected from the graph on real
+"""Already-quantized models (qnn_ci.model.prequantized): detected from the graph on real
 models quantized by onnxruntime (QDQ and QOperator of the PP-OCR classifier,
 dynamic quantization of silero's LSTM model), and refused before qnn-ci quantizes
 them again: one line on the simulator path (`qnn-ci sim`, the sim_npu stage), a
@@ -17,13 +17,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import Severity, Status
+from qnn_ci.engine.spec import CalibrationSpec, InputSpec, TargetSpec
+from qnn_ci.engine.stage import Environment
 from qnn_ci.errors import UserError
-from qnn_ci.pipeline import Pipeline, load_stages
-from qnn_ci.prequantized import DYNAMIC, FLOAT, MIXED, QDQ, QOPERATOR, detect, detect_file
-from qnn_ci.results import Severity, Status
+from qnn_ci.model.prequantized import DYNAMIC, FLOAT, MIXED, QDQ, QOPERATOR, detect, detect_file
 from qnn_ci.sim.quantize import QuantSettings, quantize_for_htp
-from qnn_ci.spec import CalibrationSpec, InputSpec, TargetSpec
-from qnn_ci.stage import Environment
+from qnn_ci.stages.registry import load_stages
 from tests.sdk_tools.conftest import (  # noqa: F401  (standin_root: a fixture)
     make_export,
     standin_root,

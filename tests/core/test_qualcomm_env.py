@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from qnn_ci.errors import UserError
-from qnn_ci.qualcomm_env import DEFAULT_BOARD_NAME, find, load_for, parse
+from qnn_ci.manifest.qualcomm_env import DEFAULT_BOARD_NAME, find, load_for, parse
 from tests.core.graphs import scale_model
 
 

@@ -119,7 +119,7 @@ def test_every_sh_command_is_run_elsewhere_or_named() -> None:
 def test_manifest_examples_pass_the_schema() -> None:
     import jsonschema
 
-    from qnn_ci.manifest import schema
+    from qnn_ci.manifest.loader import schema
 
     manifests = [yaml.safe_load(b) for b in blocks("yaml") if "\nexports:" in f"\n{b}"]
     assert manifests, "the README's manifest example went missing"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci.pipeline import Pipeline, load_stages
-from qnn_ci.results import Status
-from qnn_ci.spec import (
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import Status
+from qnn_ci.engine.spec import (
     CalibrationSpec,
     DiagnosisSpec,
     ExportSpec,
@@ -29,7 +29,8 @@ from qnn_ci.spec import (
     SimSpec,
     TargetSpec,
 )
-from qnn_ci.stage import Environment
+from qnn_ci.engine.stage import Environment
+from qnn_ci.stages.registry import load_stages
 from tests.diagnose.graphs import COLLAPSE_INPUT, COLLAPSE_SHAPE, collapse_model, collapse_samples
 from tests.sim.conftest import needs_sim, write_samples
 
@@ -147,7 +148,7 @@ def _pipe(export: ExportSpec, work: Path) -> dict[str, object]:
 
 @needs_sim
 def test_skips_say_why_and_the_cache_follows_what_is_compared(tmp_path: Path) -> None:
-    from qnn_ci import baselines as bl
+    from qnn_ci.nightly import baselines as bl
 
     export = _export(tmp_path)
     work = tmp_path / "work"

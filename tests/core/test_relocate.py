@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from qnn_ci.cache import ResultStore
-from qnn_ci.relocate import PROJECT, WORKDIR, Roots, detokenize, tokenize
-from qnn_ci.results import StageResult, Status
+from qnn_ci.engine.cache import ResultStore
+from qnn_ci.engine.relocate import PROJECT, WORKDIR, Roots, detokenize, tokenize
+from qnn_ci.engine.results import StageResult, Status
 
 
 def test_tokens_at_path_boundaries_only() -> None:

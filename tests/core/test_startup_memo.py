@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci import model_signature as model_signature_module
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import load_manifest
-from qnn_ci.memo import MEMO_DIR, Memo, memo_key
-from qnn_ci.model_signature import ModelSignature, signature
-from qnn_ci.onnx_io import model_signature
-from qnn_ci.yaml_lines import load_yaml_with_lines
+from qnn_ci.manifest.loader import load_manifest
+from qnn_ci.model import signature as model_signature_module
+from qnn_ci.model.onnx_io import model_signature
+from qnn_ci.model.signature import signature
+from qnn_ci.model.tensors import ModelSignature
+from qnn_ci.util.memo import MEMO_DIR, Memo, memo_key
 from tests.core.graphs import scale_model, two_input_model
 
 REAL = ("cls_model", "det_model", "rec_model", "silero_model", "silero_sequence_model")
@@ -49,7 +49,7 @@ def test_memoised_signature_equals_the_full_reader_on_real_models(
     assert ModelSignature.from_json(json.loads(json.dumps(want.to_json()))) == want
     entries = list((tmp_path / "signature").rglob("*.json"))
     assert len(entries) == 1
-    from qnn_ci import model_signature as ms
+    from qnn_ci.model import signature as ms
     ms._SEEN.clear()                                          # a new process: disk only
     assert signature(model, tmp_path) == want
 
@@ -62,7 +62,7 @@ def test_memoised_signature_equals_the_full_reader_on_real_models(
 def test_memoised_signature_equals_the_full_reader_on_tiny_graphs(build, tmp_path: Path
                                                                   ) -> None:
     model = build(tmp_path / "m.onnx")
-    from qnn_ci import model_signature as ms
+    from qnn_ci.model import signature as ms
     signature(model, tmp_path / "memo")
     ms._SEEN.clear()
     assert signature(model, tmp_path / "memo") == model_signature(model)
@@ -74,7 +74,7 @@ def test_a_changed_model_is_read_again_not_answered_from_the_memo(tmp_path: Path
     assert list(signature(model, memo).inputs) == ["x"]
     scale_model(model, in_name="renamed")            # same path, new content
     os.utime(model, ns=(1, 1))                       # even with an old mtime
-    from qnn_ci import model_signature as ms
+    from qnn_ci.model import signature as ms
     ms._SEEN.clear()
     assert list(signature(model, memo).inputs) == ["renamed"]
 
@@ -87,7 +87,7 @@ def test_a_damaged_memo_entry_is_a_miss(junk: bytes, tmp_path: Path) -> None:
     want = signature(model, memo)
     [entry] = (memo / "signature").rglob("*.json")
     entry.write_bytes(junk)
-    from qnn_ci import model_signature as ms
+    from qnn_ci.model import signature as ms
     ms._SEEN.clear()
     assert signature(model, memo) == want
     assert Memo(memo).get("signature", entry.stem) == want.to_json()   # rewritten
@@ -100,7 +100,7 @@ def test_a_forged_signature_under_another_key_is_not_used(tmp_path: Path) -> Non
     [entry] = (memo / "signature").rglob("*.json")
     forged = {"inputs": [["forged", None, "float32"]], "outputs": [], "external_data": []}
     entry.write_text(json.dumps({"key": memo_key("other"), "value": forged}))
-    from qnn_ci import model_signature as ms
+    from qnn_ci.model import signature as ms
     ms._SEEN.clear()
     assert list(signature(model, memo).inputs) == ["x"]
 
@@ -167,7 +167,7 @@ def test_a_typed_value_is_not_confused_with_its_twin(cls_model: Path, tmp_path: 
         load_manifest(path, memo_dir=memo)
 
 
-def test_a_cached_rerun_imports_no_onnx_numpy_jsonschema_or_yaml(cls_model: Path,
+def test_a_cached_rerun_imports_no_onnx_numpy_or_jsonschema(cls_model: Path,
                                                              tmp_path: Path) -> None:
     path = _manifest(tmp_path, f"""
         exports:
@@ -178,10 +178,10 @@ def test_a_cached_rerun_imports_no_onnx_numpy_jsonschema_or_yaml(cls_model: Path
     code = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from qnn_ci.session import Options, open_pipeline
+        from qnn_ci.runner.session import Options, open_pipeline
         opened = open_pipeline(Path({str(path)!r}), Options(workdir=Path({str(workdir)!r})))
         assert list(opened.manifest.exports[0].inputs), "signature read"
-        print(sorted(m for m in ("numpy", "onnx", "jsonschema", "onnxruntime", "yaml")
+        print(sorted(m for m in ("numpy", "onnx", "jsonschema", "onnxruntime")
                      if m in sys.modules))
     """)
     def run() -> str:
@@ -190,69 +190,6 @@ def test_a_cached_rerun_imports_no_onnx_numpy_jsonschema_or_yaml(cls_model: Path
     assert "onnx" in run()                            # first run: reads the model
     assert (workdir / MEMO_DIR).is_dir()
     assert run() == "[]"                              # re-run: from the memo
-
-
-YAML_CASES = [
-    "a: 1\nb: [1.0, -0.0, .inf, .nan, null, true, '1', 2020-01-01]\n",
-    "d: &d {x: 1, y: [a, b]}\ne:\n  <<: *d\n  y: own\nlist:\n  - {k: v}\n  - [1, [2, [3]]]\n",
-    "# only a comment\n",
-    "text: 'line\\nbreak'\nuni: \"\\u00e9\\U0001F600\"\nbig: 123456789012345678901234567890\n",
-]
-
-
-@pytest.mark.parametrize("text", YAML_CASES)
-def test_a_memoised_yaml_parse_equals_the_parser(text: str, tmp_path: Path) -> None:
-    """Data (types included: 1 vs 1.0, -0.0, inf, nan, big ints, dates as text) and
-    the line of every key come back from the memo exactly as the parser gave them."""
-    import math
-
-    path = tmp_path / "m.yaml"
-    path.write_text(text, encoding="utf-8")
-    memo = tmp_path / "memo"
-    fresh = load_yaml_with_lines(path)
-    first = load_yaml_with_lines(path, memo)
-    assert len(list((memo / "yaml").rglob("*.json"))) == 1
-    again = load_yaml_with_lines(path, memo)          # from the memo
-
-    def same(a: object, b: object) -> bool:
-        if isinstance(a, float) and isinstance(b, float):
-            return (math.isnan(a) and math.isnan(b)) or (
-                a == b and math.copysign(1, a) == math.copysign(1, b))
-        if type(a) is not type(b):
-            return False
-        if isinstance(a, dict):
-            return list(a) == list(b) and all(same(a[k], b[k]) for k in a)  # type: ignore
-        if isinstance(a, list):
-            return len(a) == len(b) and all(map(same, a, b))  # type: ignore
-        return a == b
-
-    for got in (first, again):
-        assert same(got[0], fresh[0])
-        assert got[1] == fresh[1]
-
-
-def test_a_changed_yaml_text_is_parsed_again(tmp_path: Path) -> None:
-    path = tmp_path / "m.yaml"
-    memo = tmp_path / "memo"
-    path.write_text("a: 1\n")
-    assert load_yaml_with_lines(path, memo)[0] == {"a": 1}
-    path.write_text("a: 2\n")
-    assert load_yaml_with_lines(path, memo)[0] == {"a": 2}
-    path.write_text("a: [\n")                           # a bad text is never memoised
-    with pytest.raises(UserError, match="invalid YAML"):
-        load_yaml_with_lines(path, memo)
-    assert len(list((memo / "yaml").rglob("*.json"))) == 2
-
-
-@pytest.mark.parametrize("junk", [b"", b"{", b'{"key": 1}', b"[]", b'{"value": 1}'])
-def test_a_damaged_yaml_memo_entry_is_a_miss(junk: bytes, tmp_path: Path) -> None:
-    path = tmp_path / "m.yaml"
-    memo = tmp_path / "memo"
-    path.write_text("a: 1\n")
-    load_yaml_with_lines(path, memo)
-    for entry in (memo / "yaml").rglob("*.json"):
-        entry.write_bytes(junk)
-    assert load_yaml_with_lines(path, memo) == ({"a": 1}, {(): 1, ("a",): 1})
 
 
 def test_every_dataclass_has_a_docstring() -> None:
@@ -274,9 +211,9 @@ def test_every_dataclass_has_a_docstring() -> None:
 # What only running a stage needs: making calibration samples, running an SDK tool,
 # reading an ELF file, reaching a board. A cached run computes keys and reads results.
 RUN_ONLY = ("qnn_ci.calibration.make_samples", "qnn_ci.calibration.sources",
-            "qnn_ci.calibration.validate", "qnn_ci.shared_results", "qnn_ci.sdk.toolrun",
-            "qnn_ci.elf", "qnn_ci.transport.base", "qnn_ci.boards.storage",
-            "qnn_ci.boards.config")
+            "qnn_ci.calibration.validate", "qnn_ci.engine.shared_results", "qnn_ci.sdk.toolrun",
+            "qnn_ci.sdk.elf", "qnn_ci.transport.base", "qnn_ci.boards.storage",
+            "qnn_ci.transport.config")
 
 
 def test_a_cached_run_imports_nothing_only_running_a_stage_needs(tmp_path: Path) -> None:

@@ -16,11 +16,12 @@ from onnx import TensorProto, helper
 from qnn_ci.calibration.input_list import write_input_list
 from qnn_ci.calibration.state_inputs import Tensor, paired_outputs
 from qnn_ci.calibration.validate import validate_input_list
-from qnn_ci.manifest import load_manifest
-from qnn_ci.model_signature import TensorIO
-from qnn_ci.pipeline import Pipeline
-from qnn_ci.results import Severity, StageResult, Status
-from qnn_ci.stage import Environment
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import Severity, StageResult, Status
+from qnn_ci.engine.stage import Environment
+from qnn_ci.manifest.loader import load_manifest
+from qnn_ci.model.tensors import TensorIO
+from qnn_ci.stages.registry import load_stages
 
 GEN = '''
 import numpy as np
@@ -75,7 +76,7 @@ def calibrate(tmp_path: Path, export: str) -> StageResult:
     p = tmp_path / "qnn-ci.yaml"
     p.write_text(textwrap.dedent(export).lstrip())
     m = load_manifest(p)
-    return Pipeline(m.exports, Environment(workdir=tmp_path / "work")).result(
+    return Pipeline(m.exports, Environment(workdir=tmp_path / "work"), stages=load_stages()).result(
         m.exports[0].name, "calibration")
 
 

@@ -13,9 +13,9 @@ import yaml
 from qnn_ci.calibration.sources import Expected
 from qnn_ci.diagnose.board import load_feeds
 from qnn_ci.diagnose.model import Diagnosis, FirstDivergence, LayerMetrics, Recipe
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
 from qnn_ci.report.diagnosis_summary import markdown_block
 from qnn_ci.report.summary import Row, markdown_summary, terminal_table
-from qnn_ci.results import Finding, Severity, StageResult, Status
 from qnn_ci.stages.diagnosis_common import attach, guarded
 
 

@@ -33,11 +33,11 @@ class Checked:
 def check(model: Path, folder: Path, calibration: list[dict[str, Any]],
           held_out: list[dict[str, Any]], settings: Any, *, fuse: bool = True,
           thresholds: Any = None) -> Checked:
+    from qnn_ci.engine.spec import Thresholds
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import simulate_and_compare
     from qnn_ci.sim.prepare import prepare_for_htp
     from qnn_ci.sim.quantize import quantize_for_htp
-    from qnn_ci.spec import Thresholds
 
     soc = sim_target(SOC)
     stem = model.name.removesuffix(".onnx")

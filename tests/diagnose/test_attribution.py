@@ -11,8 +11,8 @@ import pytest
 from qnn_ci.compare import compare_sets, load_output_set
 from qnn_ci.diagnose.attribution import BOARD_LABELS, attribute, error_size
 from qnn_ci.diagnose.model import BOTH, HTP, NONE, QUANTIZATION
+from qnn_ci.engine.spec import Thresholds
 from qnn_ci.sim.numerics import write_outputs
-from qnn_ci.spec import Thresholds
 
 RNG = np.random.default_rng(5)
 REF = {"logits": RNG.standard_normal(64).astype(np.float32),

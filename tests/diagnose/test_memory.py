@@ -1,11 +1,11 @@
-"""qnn_ci.memory: the bytes this process may use, from /proc/meminfo and its cgroup
+"""qnn_ci.util.memory: the bytes this process may use, from /proc/meminfo and its cgroup
 (v2 and v1, parents included), on sample file contents written here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from qnn_ci.memory import (
+from qnn_ci.util.memory import (
     GiB,
     MiB,
     available_bytes,

@@ -11,7 +11,7 @@ import pytest
 
 from qnn_ci.diagnose.layers import LayerMetrics
 from qnn_ci.diagnose.sweep import BATCH_CAP, Batch, batch_budget, plan_batches, sweep_qdq_cpu
-from qnn_ci.memory import MiB
+from qnn_ci.util.memory import MiB
 from tests.diagnose.graphs import COLLAPSE_LAYER, COLLAPSE_NODE, collapse_model, collapse_samples
 
 BOUNDS = {"cosine": 0.99}

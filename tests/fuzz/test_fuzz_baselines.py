@@ -13,9 +13,9 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qnn_ci import baselines as bl
 from qnn_ci.errors import UserError
-from qnn_ci.regression import check_tolerances, compare
+from qnn_ci.nightly import baselines as bl
+from qnn_ci.nightly.regression import check_tolerances, compare
 from tests.fuzz.mutations import HUGE_INT, apply_edits, byte_edits
 
 REAL = bl.render({
@@ -54,15 +54,14 @@ def _check(data: bytes, now: dict[str, float] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "qnn-baselines.yaml"
         path.write_bytes(data)
-        memo = Path(tmp) / "memo"
         try:
-            found = bl.load(path, memo)
+            found = bl.load(path)
         except UserError as exc:
             assert "\n" not in exc.oneline()
             return
         assert found is not None
-        bl._MEMO.clear()                        # read again: from the on-disk memo
-        assert bl.load(path, memo).entries == found.entries
+        bl._MEMO.clear()                        # read again: the same entries
+        assert bl.load(path).entries == found.entries
         for entry in found.entries.values():
             compare(now if now is not None else entry.metrics, entry, {})
         again = Path(tmp) / "again.yaml"

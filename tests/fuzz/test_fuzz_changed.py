@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qnn_ci.changed import _entries, _entry_reasons
+from qnn_ci.runner.changed import _entries, _entry_reasons
 
 _yamlish = st.lists(st.sampled_from([
     "exports:", "  - name: a", "    model: m.onnx", "defaults:", "  quantization: {x: 1}",

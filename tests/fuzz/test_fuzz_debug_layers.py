@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from qnn_ci.diagnose.board import read_debug_layers
 from qnn_ci.diagnose.names import map_debug_files
+from qnn_ci.engine.results import StageResult, Status
 from qnn_ci.report.diagnosis_summary import headline, markdown_block
 from qnn_ci.report.summary import Row, markdown_summary, terminal_table
-from qnn_ci.results import StageResult, Status
 
 NAME = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1,
                max_size=12)

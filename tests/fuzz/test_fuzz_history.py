@@ -12,11 +12,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qnn_ci import history, trends
+from qnn_ci.engine.results import StageResult, Status
 from qnn_ci.errors import UserError
+from qnn_ci.nightly import history, trends
 from qnn_ci.report.junit import JUnitWriter
 from qnn_ci.report.junit import testcase as junit_case
-from qnn_ci.results import StageResult, Status
 from tests.fuzz.mutations import JSON_TOKENS, apply_edits, byte_edits
 
 _DIR = Path(tempfile.mkdtemp(prefix="qnn-ci-fuzz-history-"))

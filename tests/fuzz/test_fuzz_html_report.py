@@ -14,12 +14,12 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
 from qnn_ci.errors import UserError
 from qnn_ci.report.html import render
 from qnn_ci.report.junit import JUnitWriter
 from qnn_ci.report.junit import testcase as junit_case
 from qnn_ci.report.report_data import ReportInput, StageEntry, read_junit, read_workdir
-from qnn_ci.results import Finding, Severity, StageResult, Status
 
 TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=30)
 MARKUP = st.sampled_from(['<script>alert(1)</script>', '"><img src=http://x onerror=a()>',

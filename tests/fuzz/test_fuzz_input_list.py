@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from qnn_ci.calibration.input_list import parse_input_list, read_input_list, write_input_list
 from qnn_ci.calibration.validate import validate_input_list
 from qnn_ci.errors import UserError
-from qnn_ci.onnx_io import TensorIO
+from qnn_ci.model.onnx_io import TensorIO
 
 INPUTS = [TensorIO("x", "float32", (1, 4)), TensorIO("ids", "int64", (1, 4))]
 SHAPES = {"x": (1, 4), "ids": (1, 4)}

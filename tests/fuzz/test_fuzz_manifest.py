@@ -17,10 +17,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qnn_ci import yaml_loader
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import Manifest, load_manifest
-from qnn_ci.yaml_lines import load_yaml_with_lines
+from qnn_ci.manifest import yaml_lines
+from qnn_ci.manifest.loader import Manifest, load_manifest
+from qnn_ci.manifest.yaml_lines import load_yaml_with_lines
 from tests.core.graphs import scale_model, two_input_model
 
 SEEDS = [
@@ -347,10 +347,10 @@ def test_rewritten_manifest(project: Path, text: str) -> None:
 @given(data=st.binary(max_size=600) | st.text(
     alphabet=st.sampled_from(list("ab:-[]{},&*!?|>'\"#%@`~<=.0123456789 \n\t")),
     max_size=300).map(str.encode))
-@pytest.mark.parametrize("loader", yaml_loader._LOADERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("loader", yaml_lines._LOADERS, ids=lambda c: c.__name__)
 def test_yaml_loader_on_any_bytes(project: Path, monkeypatch: pytest.MonkeyPatch, loader: type,
                                   data: bytes) -> None:
-    monkeypatch.setattr(yaml_loader, "_LOADERS", [loader])
+    monkeypatch.setattr(yaml_lines, "_LOADERS", [loader])
     path = project / "any.yaml"
     path.write_bytes(data)
     try:

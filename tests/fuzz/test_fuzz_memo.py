@@ -13,10 +13,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qnn_ci import model_signature as ms
-from qnn_ci.memo import Memo
-from qnn_ci.model_signature import ModelSignature, signature
-from qnn_ci.onnx_io import model_signature
+from qnn_ci.model import signature as ms
+from qnn_ci.model.onnx_io import model_signature
+from qnn_ci.model.signature import signature
+from qnn_ci.model.tensors import ModelSignature
+from qnn_ci.util.memo import Memo
 from tests.core.graphs import scale_model
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 70), st.floats(),

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from qnn_ci.errors import UserError
-from qnn_ci.onnx_io import graph_inputs, graph_outputs, load_model, model_signature
+from qnn_ci.model.onnx_io import graph_inputs, graph_outputs, load_model, model_signature
 from qnn_ci.sdk.encodings import Encodings
 from qnn_ci.sdk.encodings_coverage import coverage
 from qnn_ci.sdk.encodings_coverage import load_model as load_for_encodings

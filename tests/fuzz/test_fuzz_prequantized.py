@@ -1,4 +1,4 @@
-"""Fuzz the already-quantized detector (qnn_ci.prequantized): random graphs that mix
+"""Fuzz the already-quantized detector (qnn_ci.model.prequantized): random graphs that mix
 quantization ops (QDQ, QOperator, dynamic, integer, weight-only contrib ops) with
 float ops, odd domains and op names, nested If/Loop bodies, local functions,
 initializers and Constant values of any (also unknown) data type; and byte
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from qnn_ci.errors import UserError
-from qnn_ci.prequantized import FLOAT, KINDS, QDQ, category, detect, detect_file
+from qnn_ci.model.prequantized import FLOAT, KINDS, QDQ, category, detect, detect_file
 from tests.fuzz.mutations import apply_edits, byte_edits
 
 OPS = ["QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "QLinearAdd",

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from qnn_ci.errors import UserError
-from qnn_ci.qualcomm_env import KEYS, MARKER, parse
+from qnn_ci.manifest.qualcomm_env import KEYS, MARKER, parse
 
 _KEYS = [k for spellings in KEYS.values() for k in spellings] + [MARKER, "X", "export"]
 _line = st.builds(lambda k, v, q: f"{k}={q}{v}{q}", st.sampled_from(_KEYS),

@@ -15,9 +15,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qnn_ci.cache import jsonable, plain_digest
-from qnn_ci.relocate import PROJECT, WORKDIR, Roots, detokenize, detokenize_json, tokenize
-from qnn_ci.results import Status
+from qnn_ci.engine.cache import jsonable, plain_digest
+from qnn_ci.engine.relocate import PROJECT, WORKDIR, Roots, detokenize, detokenize_json, tokenize
+from qnn_ci.engine.results import Status
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 WITH_TOKENS = st.builds(lambda a, t, b: a + t + b, TEXT,

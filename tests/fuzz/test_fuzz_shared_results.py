@@ -16,11 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from qnn_ci.calibration.make_samples import reuse as reuse_samples
-from qnn_ci.results import Status
-from qnn_ci.shared_results import META, claim, safe_name
+from qnn_ci.engine.results import Status
+from qnn_ci.engine.shared_results import META, claim, safe_name
+from qnn_ci.engine.spec import ExportSpec
+from qnn_ci.engine.stage import Environment, StageContext
 from qnn_ci.sim.shared_quantize import FLOAT, LOG, QDQ, _reuse
-from qnn_ci.spec import ExportSpec
-from qnn_ci.stage import Environment, StageContext
 
 NAMES = st.sampled_from(["raw/x_0.raw", "raw/x_1.raw", "../escape.raw", "/etc/passwd",
                          "raw//x.raw", "raw/./x_0.raw", "", "raw", QDQ, FLOAT, LOG, "a\0b",

@@ -9,13 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from qnn_ci.calibration.state_inputs import state_inputs
-from qnn_ci.report.warning_lines import (
+from qnn_ci.engine.results import Severity
+from qnn_ci.engine.warning_lines import (
     group_warnings,
     warning_lines,
     warning_properties,
     warnings_report,
 )
-from qnn_ci.results import Severity
 
 _names = st.one_of(st.text(max_size=12),
                    st.sampled_from(["h", "hn", "c", "cn", "h0", "state", "stateN", "in_cache0",

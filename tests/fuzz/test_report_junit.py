@@ -13,11 +13,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status
 from qnn_ci.report.junit import JUnitWriter, internal_error_case, xml_text
 from qnn_ci.report.junit import testcase as junit_case
 from qnn_ci.report.junit_xml import Line, result_line
 from qnn_ci.report.summary import Row, annotations, markdown_summary, terminal_table
-from qnn_ci.results import Finding, Severity, StageResult, Status
 
 # Any code point, surrogates and control characters included.
 TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=40)

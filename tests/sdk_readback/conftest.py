@@ -13,9 +13,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qnn_ci.results import StageResult, Status
-from qnn_ci.spec import ExportSpec, QuantizationSpec, TargetSpec
-from qnn_ci.stage import Environment, StageContext
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import ExportSpec, QuantizationSpec, TargetSpec
+from qnn_ci.engine.stage import Environment, StageContext
 from tests.conftest import REAL_OUTPUTS
 
 

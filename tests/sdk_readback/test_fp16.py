@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci.results import Severity
+from qnn_ci.engine.results import Severity
 from qnn_ci.sdk.fp16_audit import audit_fp16, gate_fp16
 from qnn_ci.tables import get_soc
 from tests.sdk_readback.conftest import FP16_TENSORS, RECORD_FP16, source_text

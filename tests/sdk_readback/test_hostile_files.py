@@ -20,12 +20,12 @@ import pytest
 
 from qnn_ci.cli import main
 from qnn_ci.errors import UserError
-from qnn_ci.safe_read import json_depth, read_bytes, safe_int
 from qnn_ci.sdk.cpp_model import CPP_CAP, parse_cpp_stream, parse_cpp_text, read_cpp_model
 from qnn_ci.sdk.encodings import ENCODINGS_CAP, read_encodings
 from qnn_ci.sdk.fp16_audit import audit_fp16
 from qnn_ci.sdk.net_json import NET_JSON_CAP, parse_net_json, read_net_json
 from qnn_ci.sdk.record import parse_record_text, read_record, same_value
+from qnn_ci.util.safe_read import json_depth, read_bytes, safe_int
 from tests.conftest import REAL_OUTPUTS
 
 READERS: dict[str, Callable[[Path], object]] = {

@@ -10,9 +10,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from qnn_ci.engine.results import Severity, Status
+from qnn_ci.engine.spec import InputSpec, QuantizationSpec
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity, Status
-from qnn_ci.spec import InputSpec, QuantizationSpec
 from qnn_ci.stages.contract import ContractStage
 from qnn_ci.stages.encodings import EncodingsStage
 from qnn_ci.stages.fp16_gate import Fp16GateStage

@@ -18,12 +18,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import fixtures.qairt_standin as standin
-from qnn_ci.results import Severity, Status
+from qnn_ci.engine.results import Severity, Status
+from qnn_ci.engine.spec import QuantizationSpec
 from qnn_ci.sdk.cpp_model import read_cpp_model
 from qnn_ci.sdk.fp16_audit import audit_fp16
 from qnn_ci.sdk.net_json import read_net_json
 from qnn_ci.sdk.record import read_record
-from qnn_ci.spec import QuantizationSpec
 from qnn_ci.stages.contract import ContractStage
 from qnn_ci.stages.encodings import EncodingsStage
 from qnn_ci.stages.fp16_gate import Fp16GateStage

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qnn_ci.spec import (
+from qnn_ci.engine.spec import (
     ExportSpec,
     InputSpec,
     QuantizationSpec,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from qnn_ci.engine.spec import InputSpec, QuantizationSpec
 from qnn_ci.sdk.convert import convert
 from qnn_ci.sdk.converter_cmd import build_convert_argv, clear_memory_cache, probe_converter
 from qnn_ci.sdk.dry_run import parse_dry_run
 from qnn_ci.sdk.record import read_record
 from qnn_ci.sdk.toolrun import run_tool
-from qnn_ci.spec import InputSpec, QuantizationSpec
 from tests.sdk_tools.conftest import (
     int64_input_model,
     tiny_conv_model,

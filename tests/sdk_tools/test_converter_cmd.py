@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from qnn_ci.engine.spec import InputSpec, QuantizationSpec, TargetSpec
 from qnn_ci.errors import UserError
 from qnn_ci.sdk.converter_cmd import build_convert_argv, parse_help_flags
-from qnn_ci.spec import InputSpec, QuantizationSpec, TargetSpec
 from tests.sdk_tools.conftest import converter_help_text
 
 NEW = parse_help_flags(converter_help_text("new"))

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci.results import StageResult, Status
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import QuantizationSpec
+from qnn_ci.engine.stage import Environment, StageContext
 from qnn_ci.sdk.convert import convert
 from qnn_ci.sdk.converter_cmd import build_convert_argv, probe_converter
-from qnn_ci.spec import QuantizationSpec
-from qnn_ci.stage import Environment, StageContext
 from qnn_ci.stages.contract import ContractStage, integer_inputs
 from qnn_ci.tables import QNN_DATATYPES, is_integer_input_dtype
 from tests.sdk_tools.conftest import uint8_input_model, write_input_list

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from qnn_ci.engine.spec import SdkSpec
+from qnn_ci.engine.stage import Environment
 from qnn_ci.errors import UserError
 from qnn_ci.sdk.locate import find_sdk, sdk_problem, version_from_root
-from qnn_ci.spec import SdkSpec
-from qnn_ci.stage import Environment
 
 
 def _root(path: Path, *, envsetup: bool = True, tools: tuple[str, ...] = ()) -> Path:

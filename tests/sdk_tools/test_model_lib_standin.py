@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from qnn_ci.engine.spec import InputSpec, TargetSpec
 from qnn_ci.errors import UserError
 from qnn_ci.sdk.convert import convert
 from qnn_ci.sdk.converter_cmd import build_convert_argv, probe_converter
@@ -16,7 +17,6 @@ from qnn_ci.sdk.model_lib import (
     needs_esdk,
     probe_lib_targets,
 )
-from qnn_ci.spec import InputSpec, TargetSpec
 from qnn_ci.tables import LIB_GENERATOR_DEFAULT_TARGETS
 from tests.sdk_tools.conftest import tiny_conv_model, write_input_list
 

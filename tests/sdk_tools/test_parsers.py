@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci.elf import check_library, read_elf_header
 from qnn_ci.errors import ToolError
 from qnn_ci.sdk.dry_run import fill_ops, node_op_types, parse_dry_run
+from qnn_ci.sdk.elf import check_library, read_elf_header
 from qnn_ci.sdk.model_lib import parse_lib_targets
 
 PREFIX = "2025-03-06 04:55:44,592 - 240 - INFO - "

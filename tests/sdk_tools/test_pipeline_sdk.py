@@ -7,10 +7,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-from qnn_ci.pipeline import Pipeline, load_stages
-from qnn_ci.results import Status
-from qnn_ci.spec import CalibrationSpec, InputSpec, QuantizationSpec, TargetSpec
-from qnn_ci.stage import Environment
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import Status
+from qnn_ci.engine.spec import CalibrationSpec, InputSpec, QuantizationSpec, TargetSpec
+from qnn_ci.engine.stage import Environment
+from qnn_ci.stages.registry import load_stages
 from tests.sdk_tools.conftest import make_export, tiny_conv_model, write_input_list
 
 STAGES = ("static_shapes", "calibration", "dry_run", "convert", "model_lib")

@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 
 from qnn_ci.cli import main
+from qnn_ci.engine.pipeline import Pipeline, exit_status
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import TargetSpec
+from qnn_ci.engine.stage import Environment, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import load_manifest
-from qnn_ci.pipeline import Pipeline, exit_status, load_stages
-from qnn_ci.results import StageResult, Status
-from qnn_ci.spec import TargetSpec
-from qnn_ci.stage import Environment, StageContext
+from qnn_ci.manifest.loader import load_manifest
 from qnn_ci.stages.convert import ConvertStage
 from qnn_ci.stages.dry_run import DryRunStage
 from qnn_ci.stages.model_lib import ModelLibStage
+from qnn_ci.stages.registry import load_stages
 from tests.sdk_tools.conftest import tiny_conv_model
 
 LINUX = "aarch64-oe-linux-gcc11.2"

@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 import pytest
 
+from qnn_ci.engine.results import Severity, StageResult, Status
+from qnn_ci.engine.spec import InputSpec, QuantizationSpec, SdkSpec, TargetSpec
+from qnn_ci.engine.stage import Environment, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity, StageResult, Status
-from qnn_ci.spec import InputSpec, QuantizationSpec, SdkSpec, TargetSpec
-from qnn_ci.stage import Environment, StageContext
 from qnn_ci.stages.convert import ConvertStage
 from qnn_ci.stages.dry_run import DryRunStage
 from qnn_ci.stages.model_lib import ModelLibStage

@@ -95,8 +95,8 @@ def test_failure_describe_has_command_and_last_lines(sdk_factory, tmp_path: Path
 
 def test_tools_start_from_the_runs_environment(sdk_factory, export_factory,
                                                tmp_path: Path) -> None:
+    from qnn_ci.engine.stage import Environment
     from qnn_ci.sdk.locate import find_sdk
-    from qnn_ci.stage import Environment
 
     root = sdk_factory().root
     env = Environment(workdir=tmp_path, environ={"PATH": "/usr/bin:/bin", "QNN_CI_TAG": "t1",

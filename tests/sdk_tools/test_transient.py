@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci.pipeline import NO_CACHE, Pipeline, load_stages
-from qnn_ci.results import StageResult, Status
+from qnn_ci.engine.pipeline import NO_CACHE, Pipeline
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import InputSpec, SdkSpec, TargetSpec
+from qnn_ci.engine.stage import Environment, StageContext
 from qnn_ci.sdk.toolrun import run_tool
-from qnn_ci.spec import InputSpec, SdkSpec, TargetSpec
-from qnn_ci.stage import Environment, StageContext
 from qnn_ci.stages.convert import ConvertStage
 from qnn_ci.stages.model_lib import ModelLibStage
+from qnn_ci.stages.registry import load_stages
 from tests.sdk_tools.conftest import make_export, tiny_conv_model, write_input_list
 
 TOOLS = "bin/x86_64-linux-clang"

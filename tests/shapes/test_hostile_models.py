@@ -1,5 +1,5 @@
 """Hostile ONNX models and arguments for every place that loads a user's model
-(qnn_ci.onnx_io, the shapes stage, `qnn-ci shapes`, `qnn-ci encodings --model`,
+(qnn_ci.model.onnx_io, the shapes stage, `qnn-ci shapes`, `qnn-ci encodings --model`,
 manifests' model signature): an unknown element type, dims too large to test,
 a dim beyond int64, names that are not UTF-8, truncated and bit-flipped files,
 FIFOs and oversized files. Each is one line or a finding -- never a traceback."""
@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qnn_ci.cli import main
 from qnn_ci.errors import UserError
-from qnn_ci.onnx_io import MODEL_CAP, graph_inputs, load_model, model_signature
+from qnn_ci.model.onnx_io import MODEL_CAP, graph_inputs, load_model, model_signature
 from qnn_ci.sdk.encodings_coverage import load_model as load_for_encodings
 from qnn_ci.shapes import analyse_and_pin
 

@@ -10,12 +10,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import Status
+from qnn_ci.engine.spec import ExportSpec, InputSpec
+from qnn_ci.engine.stage import Environment, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.manifest import load_manifest
-from qnn_ci.pipeline import Pipeline
-from qnn_ci.results import Status
-from qnn_ci.spec import ExportSpec, InputSpec
-from qnn_ci.stage import Environment, StageContext
+from qnn_ci.manifest.loader import load_manifest
 from qnn_ci.stages.static_shapes import StaticShapesStage
 
 from .conftest import make_model, save, tensor

@@ -11,11 +11,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from qnn_ci.engine.results import Severity
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity
+from qnn_ci.model.modelio import Scratch
 from qnn_ci.shapes import analyse_and_pin
 from qnn_ci.shapes.fill import fill_from_onnxruntime
-from qnn_ci.shapes.modelio import Scratch
 from qnn_ci.shapes.pin import drop_stale_shapes, infer, list_tensors, pin_inputs
 from qnn_ci.shapes.report import InteriorTensor
 

@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qnn_ci.pipeline import Pipeline, load_stages
-from qnn_ci.report import junit
-from qnn_ci.report.summary import Row, markdown_summary, terminal_table
-from qnn_ci.results import StageResult, Status
-from qnn_ci.spec import (
+from qnn_ci.engine.pipeline import Pipeline
+from qnn_ci.engine.results import StageResult, Status
+from qnn_ci.engine.spec import (
     CalibrationSpec,
     DiagnosisSpec,
     ExportSpec,
@@ -24,7 +22,10 @@ from qnn_ci.spec import (
     SimSpec,
     TargetSpec,
 )
-from qnn_ci.stage import Environment
+from qnn_ci.engine.stage import Environment
+from qnn_ci.report import junit
+from qnn_ci.report.summary import Row, markdown_summary, terminal_table
+from qnn_ci.stages.registry import load_stages
 from tests.diagnose.graphs import (
     COLLAPSE_INPUT,
     COLLAPSE_LAYER,

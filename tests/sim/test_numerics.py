@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qnn_ci.engine.spec import Thresholds
 from qnn_ci.sim.check import check_htp
 from qnn_ci.sim.ep import sim_target
 from qnn_ci.sim.numerics import output_steps, simulate_and_compare
 from qnn_ci.sim.quantize import QuantSettings
-from qnn_ci.spec import Thresholds
 from tests.sim.conftest import conv_graph, needs_sim
 
 pytestmark = needs_sim

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qnn_ci.cores import usable_cores
 from qnn_ci.sim.ep import sim_target
 from qnn_ci.sim.numerics import file_key
 from qnn_ci.sim.parallel import sim_processes, simulate_samples
+from qnn_ci.util.cores import usable_cores
 from tests.sim.conftest import make_conv_feeds, needs_sim
 
 

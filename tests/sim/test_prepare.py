@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from qnn_ci.results import Severity
+from qnn_ci.engine.results import Severity
 from qnn_ci.sim.check import check_htp
 from qnn_ci.sim.ep import sim_target
 from qnn_ci.sim.prepare import prepare_for_htp

@@ -11,10 +11,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from qnn_ci.engine.results import Severity
+from qnn_ci.engine.spec import QuantizationSpec
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity
 from qnn_ci.sim.quantize import QuantSettings, quantize_for_htp
-from qnn_ci.spec import QuantizationSpec
 from tests.sim.conftest import needs_sim
 
 pytestmark = needs_sim

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci.results import Severity
+from qnn_ci.engine.results import Severity
 from qnn_ci.sim.check import check_htp
 from qnn_ci.sim.ep import sim_target
 from qnn_ci.sim.prepare import prepare_for_htp

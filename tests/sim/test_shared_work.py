@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qnn_ci.pipeline import Pipeline, content_digest, load_stages
-from qnn_ci.results import Status
-from qnn_ci.shared_results import SHARED_DIR
-from qnn_ci.spec import CalibrationSpec, ExportSpec, InputSpec, QuantizationSpec, TargetSpec
-from qnn_ci.stage import Environment
+from qnn_ci.engine.pipeline import Pipeline, content_digest
+from qnn_ci.engine.results import Status
+from qnn_ci.engine.shared_results import SHARED_DIR
+from qnn_ci.engine.spec import CalibrationSpec, ExportSpec, InputSpec, QuantizationSpec, TargetSpec
+from qnn_ci.engine.stage import Environment
+from qnn_ci.stages.registry import load_stages
 from tests.sim.conftest import needs_sim, write_samples
 
 pytestmark = needs_sim

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qnn_ci.engine.results import Severity, StageResult, Status
+from qnn_ci.engine.spec import ExportSpec, SimSpec, TargetSpec
+from qnn_ci.engine.stage import Environment, StageContext
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity, StageResult, Status
-from qnn_ci.spec import ExportSpec, SimSpec, TargetSpec
-from qnn_ci.stage import Environment, StageContext
 from qnn_ci.stages.sim_npu import SimNpuStage
 from qnn_ci.stages.sim_numerics import SimNumericsStage
 from tests.sim.conftest import needs_sim, write_samples

@@ -13,8 +13,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from qnn_ci.engine.results import Severity
 from qnn_ci.errors import UserError
-from qnn_ci.results import Severity
 from qnn_ci.sdk.encodings import Enc, Encodings
 from qnn_ci.sim import availability
 from qnn_ci.sim.binary import ContextInfo, read_context_info
@@ -339,8 +339,8 @@ def test_unavailable_reason_names_the_install_command(monkeypatch: pytest.Monkey
     try:
         reason = availability.sim_unavailable()
         assert reason == "onnxruntime-qnn is not installed: pip install 'qnn-ci[sim]'"
-        from qnn_ci.spec import ExportSpec
-        from qnn_ci.stage import Environment
+        from qnn_ci.engine.spec import ExportSpec
+        from qnn_ci.engine.stage import Environment
         from qnn_ci.stages.sim_npu import SimNpuStage
         from qnn_ci.stages.sim_numerics import SimNumericsStage
 

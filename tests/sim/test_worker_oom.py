@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from qnn_ci.pipeline import NO_CACHE
-from qnn_ci.results import Status
+from qnn_ci.engine.pipeline import NO_CACHE
+from qnn_ci.engine.results import Status
 from qnn_ci.sim.ep import sim_target
 from qnn_ci.sim.parallel import ENV_KILL, SimPool, WorkerKilled, killed_message
 from tests.sim.conftest import make_conv_feeds, needs_sim

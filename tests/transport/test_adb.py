@@ -11,10 +11,10 @@ import pytest
 
 from fixtures.adb_device import TAG_VAR, AdbDevice, AdbServer
 from fixtures.sshd import pids_with_env
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
 from qnn_ci.transport.adb import AdbTransport
 from qnn_ci.transport.base import DiskFullError, TransportError
+from qnn_ci.transport.config import BoardConfig
 
 HOSTILE = "a b'c\"d $(touch pwned);e `touch pwned` & x"
 

@@ -21,10 +21,10 @@ import pytest
 
 from fixtures.adb_device import TAG_VAR, AdbDevice, AdbServer
 from fixtures.sshd import SshServer, pids_with_env
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.boards.lock import LOCK_NAME, LockInfo, board_lock
 from qnn_ci.transport.adb import AdbTransport
 from qnn_ci.transport.base import Transport
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.local import LocalTransport
 from qnn_ci.transport.ssh import SshTransport
 

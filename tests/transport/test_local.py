@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.sshd import pids_with_env
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.errors import ToolError
 from qnn_ci.transport.base import DiskFullError
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.local import LocalTransport
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.sshd import SshServer
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.boards.lock import LOCK_NAME, BoardLockedError, LockInfo, board_lock
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.local import LocalTransport
 from qnn_ci.transport.ssh import SshTransport
 
@@ -93,7 +93,7 @@ def test_runner_lock_then_stale_board_lock_after_a_crash(board: BoardConfig,
         [sys.executable, "-c",
          "import sys, time\n"
          "from pathlib import Path\n"
-         "from qnn_ci.boards.config import BoardConfig\n"
+         "from qnn_ci.transport.config import BoardConfig\n"
          "from qnn_ci.boards.lock import board_lock\n"
          "from qnn_ci.transport.local import LocalTransport\n"
          f"b = BoardConfig(name='kit', transport='local', work_root={board.work_root!r})\n"
@@ -184,7 +184,7 @@ def test_a_long_wait_for_the_runner_lock_is_logged_with_the_holder(
         [sys.executable, "-c",
          "import time\n"
          "from pathlib import Path\n"
-         "from qnn_ci.boards.config import BoardConfig\n"
+         "from qnn_ci.transport.config import BoardConfig\n"
          "from qnn_ci.boards.lock import board_lock\n"
          "from qnn_ci.transport.local import LocalTransport\n"
          f"b = BoardConfig(name='kit', transport='local', work_root={board.work_root!r})\n"

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from fixtures.sshd import SshServer
-from qnn_ci.boards.config import BoardConfig
 from qnn_ci.boards.lock import (
     LOCK_NAME,
     UNREADABLE_STALE_S,
@@ -23,10 +22,11 @@ from qnn_ci.boards.lock import (
     LockInfo,
     board_lock,
 )
+from qnn_ci.engine.results import Status
 from qnn_ci.errors import ToolError
-from qnn_ci.results import Status
 from qnn_ci.stages.board_common import board_error_result
 from qnn_ci.transport.base import DiskFullError, Transport
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.local import LocalTransport
 from qnn_ci.transport.ssh import SshTransport
 

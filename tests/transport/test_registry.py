@@ -8,8 +8,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from qnn_ci.boards.registry import BOARD_SCHEMA, BOARDS_SCHEMA, load_boards_file, parse_boards
 from qnn_ci.errors import UserError
+from qnn_ci.manifest.boards_file import BOARD_SCHEMA, BOARDS_SCHEMA, load_boards_file, parse_boards
 from qnn_ci.transport.adb import AdbTransport
 from qnn_ci.transport.factory import open_transport
 from qnn_ci.transport.local import LocalTransport

@@ -407,7 +407,7 @@ def fake_server(mode: str) -> Iterator[int]:
 _CONNECT = """\
 import sys
 from pathlib import Path
-from qnn_ci.boards.config import BoardConfig
+from qnn_ci.transport.config import BoardConfig
 from qnn_ci.transport.base import TransportError
 from qnn_ci.transport.ssh import SshTransport
 board = BoardConfig(name="odd", transport="ssh", host="127.0.0.1", port=int(sys.argv[1]),

@@ -1,0 +1,1 @@
+"""The engine: the pipeline, the stage contract, results, the cache and relocation."""

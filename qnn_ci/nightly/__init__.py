@@ -1,0 +1,1 @@
+"""Nightly regression: baselines, the regression check, run history and trends."""

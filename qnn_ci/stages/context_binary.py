@@ -1,0 +1,203 @@
+"""Stage `context_binary`: build the context binary ON the board from ``libmodel.so``
+(the artefact production applications load), pull it back, and check what it says
+it is.
+
+``qnn-context-binary-generator`` runs on the board with the board's own QNN
+libraries (``qnn_ci.boards.context_build``), with the export's ``htp_config`` when
+it gives one (the wrapper and the inner file are written for the board's run
+folder, graph names read from the converter's ``.cpp``). A failure is classified:
+FP16 op on v68 (SIGABRT, the FP16 tensors named), VTCM overflow (both sizes), graph
+finalize failure, an op the HTP refuses (3110), anything else with the tool's lines.
+
+The binary's own bytes (and, when the host SDK has ``qnn-context-binary-utility``,
+its JSON) say which SoC / HTP arch / VTCM it was built for, which QNN built it, and
+its graphs' I/O: checked against ``target.soc``, the converter's graph I/O (names,
+types, dims from the ``_net.json``) and the board's runtime (a binary newer than
+the runtime is named before the load fails with error 5000).
+
+Cached by the library's content, the HTP config and the board's QNN version (read
+from the board when the cache key is made).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.engine.results import Finding, Severity, StageResult
+from qnn_ci.engine.stage import StageContext
+from qnn_ci.errors import ToolError, UserError
+from qnn_ci.stages import board_common
+from qnn_ci.tables import SocInfo
+
+log = logging.getLogger(__name__)
+
+
+class ContextBinaryStage(board_common.BoardStage):
+    name = "context_binary"
+    needs = ("model_lib", "convert")
+    gates = ("fp16_gate",)          # an FP16 graph on v68 aborts: the gate already says why
+    settings = ("board", "target", "htp_config")
+
+    def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
+        found = board_common.fingerprint(ctx)
+        if not found:
+            return found
+        library = ctx.upstream["model_lib"].artefacts.get("library")
+        found["library_sha256"] = _sha256(Path(library)) if library else None
+        found["board_qnn_version"] = board_common.live_board_version(ctx)
+        found["host_utility"] = _utility_stamp(ctx)     # what reads the binary back
+        return found
+
+    def run(self, ctx: StageContext) -> StageResult:
+        from qnn_ci.boards.context_build import build_context
+        from qnn_ci.boards.session import board_session
+        from qnn_ci.transport.base import TransportError
+
+        export, board = ctx.export, board_common.the_board(ctx)
+        mismatch = board_common.soc_mismatch(export, board)
+        if mismatch:
+            return board_common.soc_mismatch_result(self.name, board, mismatch)
+        lib, convert = ctx.upstream["model_lib"], ctx.upstream["convert"]
+        library = Path(lib.artefacts["library"])
+        soc = board_common.export_soc(export, board)
+        cpp = convert.artefacts.get("cpp")
+        config = board_common.htp_config_writer(export, soc, Path(cpp) if cpp else None)
+        try:
+            with board_session(board, ctx.env.environ) as transport:
+                built = build_context(
+                    transport, board, library=library, binary_name=export.name,
+                    workdir=ctx.workdir, soc=soc, fp16_tensors=fp16_tensors(convert),
+                    vtcm_mb=export.htp_config.vtcm_mb, htp_config=config)
+        except (TransportError, ToolError) as exc:
+            return board_common.board_error_result(self.name, board, exc)
+        findings = list(built.findings)
+        version = built.board_version.version if built.board_version else None
+        artefacts = {"log": str(built.log)} if built.log else {}
+        properties: dict[str, Any] = {
+            "board": board.name, "board_qnn_version": version or "",
+            "generator.exit_code": "" if built.exit_code is None else built.exit_code,
+            "generator.duration_s": round(built.duration_s, 3),
+            "htp_config": "given" if export.htp_config.given else "SDK defaults"}
+        data: dict[str, Any] = {"build": built.to_dict(), "board": board.name,
+                                "board_qnn_version": version}
+        summary = board_common.first_error(findings)
+        if built.binary is not None:
+            info, found = _read_binary(ctx, built.binary, soc, version)
+            findings += found
+            artefacts["binary"] = str(built.binary)
+            if info is not None:
+                report = ctx.workdir / "context_info.json"
+                report.write_text(json.dumps(info.to_dict(), indent=2, default=str),
+                                  encoding="utf-8")
+                artefacts["context_info"] = str(report)
+                properties |= _info_properties(info)
+                data["context_info"] = info.to_dict()
+            data |= {"binary": str(built.binary), "binary_sha256": _sha256(built.binary),
+                     "binary_bytes": built.binary.stat().st_size}
+            summary = board_common.first_error(findings) or (
+                f"{built.binary.name} built on board {board.name} (QNN {version or 'unknown'}"
+                f") in {built.duration_s:.1f} s: {_describe(data.get('context_info'))}")
+        if config is not None and (ctx.workdir / "htp_config").is_dir():
+            artefacts["htp_config"] = str(ctx.workdir / "htp_config")
+        return board_common.finish(StageResult(
+            self.name, board_common.status_of(findings), summary or "no context binary",
+            findings, properties=properties, artefacts=artefacts, data=data))
+
+
+def fp16_tensors(convert: StageResult) -> list[str]:
+    """The FP16 tensors of the converter's output (the generated source), for the
+    message of an FP16 abort; [] when it cannot be read."""
+    from qnn_ci.sdk.fp16_audit import audit_fp16
+
+    cpp = convert.artefacts.get("cpp")
+    if not cpp or not Path(cpp).is_file():
+        return []
+    try:
+        return sorted(audit_fp16(Path(cpp)).tensors)
+    except UserError:
+        return []
+
+
+def expected_io(ctx: StageContext) -> list[Any]:
+    """The graph's inputs and outputs as the converter wrote them (``_net.json``:
+    QNN names, data types, dims): what the binary must carry."""
+    from qnn_ci.sdk.context_info import ExpectedTensor
+    from qnn_ci.sdk.net_json import read_net_json
+
+    net_json = ctx.upstream["convert"].artefacts.get("net_json")
+    if not net_json or not Path(net_json).is_file():
+        return []
+    try:
+        tensors = read_net_json(Path(net_json)).tensors
+    except UserError:
+        return []
+    return [ExpectedTensor(t.name, t.data_type, tuple(t.dims) if t.dims else None,
+                           t.type_code == 0)
+            for t in tensors if t.type_code in (0, 1)]
+
+
+def _read_binary(ctx: StageContext, binary: Path, soc: SocInfo | None,
+                 runtime: str | None) -> tuple[Any, list[Finding]]:
+    from qnn_ci.sdk.context_info import check_context, merge, read_context_info, run_context_utility
+    from qnn_ci.sdk.locate import sdk_root_for
+
+    try:
+        info = read_context_info(binary)
+    except UserError as exc:
+        return None, [Finding("context.unreadable", f"{exc.oneline()}: the binary's SoC, "
+                              "arch and I/O are not checked", Severity.ERROR)]
+    found: list[Finding] = []
+    utility, problem = run_context_utility(sdk_root_for(ctx.export, ctx.env), binary,
+                                           ctx.workdir, environ=ctx.env.environ)
+    if problem:
+        found.append(Finding("context.utility", problem, Severity.WARNING))
+    info = merge(info, utility)
+    found += check_context(info, soc=soc, expected=expected_io(ctx),
+                           runtime_qnn_version=runtime, subject=binary.name)
+    return info, found
+
+
+def _utility_stamp(ctx: StageContext) -> str | None:
+    """The host SDK's qnn-context-binary-utility (path, size, mtime), or None."""
+    from qnn_ci.sdk.context_info import context_utility
+    from qnn_ci.sdk.locate import sdk_root_for
+
+    tool = context_utility(sdk_root_for(ctx.export, ctx.env))
+    if tool is None:
+        return None
+    st = tool.stat()
+    return f"{tool}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _info_properties(info: Any) -> dict[str, Any]:
+    return {"context.soc": info.soc or "", "context.htp_arch": info.htp_arch or "",
+            "context.vtcm_bytes": info.vtcm_bytes or "",
+            "context.qnn_version": info.qnn_version or "",
+            "context.bytes": info.size_bytes or "",
+            "context.graphs": ", ".join(g.name for g in info.graphs)}
+
+
+def _describe(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "its metadata could not be read"
+    arch = f"v{info['htp_arch']}" if info.get("htp_arch") else "arch unknown"
+    vtcm = f"{info['vtcm_bytes'] / (1 << 20):g} MiB VTCM" if info.get("vtcm_bytes") \
+        else "VTCM unknown"
+    size = info.get("size_bytes")
+    return (f"{info.get('soc') or 'SoC unknown'}, HTP {arch}, {vtcm}"
+            + (f", {size / (1 << 20):.2f} MiB" if size else ""))
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        h = hashlib.sha256()
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    except OSError:
+        return None
