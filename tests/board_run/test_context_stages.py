@@ -195,3 +195,77 @@ def test_a_binary_newer_than_the_runtime_is_named_before_the_load_fails(
     checks = [f.check for f in nr.findings if f.severity == Severity.ERROR]
     assert checks == ["board.context_version"], nr.findings
     assert "err 5000" in nr.findings[0].message
+
+
+# --------------------------------------------------------------------------- interrupts,
+# a full disk and a held lock behave as in the other board stages.
+
+def _generator_running(board: Board) -> bool:
+    for pid in board.server.remote_pids():
+        try:
+            if b"qnn-context-binary-generator" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+CONTEXT_ONLY = ("static_shapes", "calibration", "convert", "model_lib", "context_binary")
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_while_the_generator_runs_kills_it_and_caches_nothing(
+        qcs_board: Board, tmp_path: Path, exc_type: type[BaseException]) -> None:
+    from tests.transport.test_interrupt_remote import _wait_until, interrupt_when
+
+    env = _env(tmp_path, qcs_board, make_sdk(tmp_path / "sdk", "2.31.0"))
+    export = _export(tmp_path, build_cnn(tmp_path / "cnn.onnx"))
+    _run(export, env, CONTEXT_ONLY[:-1])            # the host stages, cached
+    set_faults(qcs_board.folder, {"context_hang": True})
+    with interrupt_when(lambda: _generator_running(qcs_board), exc_type):
+        with pytest.raises(exc_type):
+            _run(export, env, CONTEXT_ONLY)
+    # the generator is gone, the run folder and the lock with it
+    _wait_until(lambda: not qcs_board.server.remote_pids(), "the generator to be killed")
+    assert sorted(p.name for p in qcs_board.work_root.iterdir()) == ["keep-me"]
+    # nothing was cached: the next run builds the binary
+    set_faults(qcs_board.folder, None)
+    again = _run(export, env, CONTEXT_ONLY)["context_binary"]
+    assert again.status == Status.PASSED and not again.cached, again.summary
+
+
+def test_a_full_board_disk_is_named_and_not_cached(qcs_board: Board, full_disk: Path,
+                                                   tmp_path: Path) -> None:
+    (full_disk / "filler.bin").write_bytes(b"\0" * 96 * 1024)    # 4 KiB left of 100
+    on_full = qcs_board.with_config(work_root=str(full_disk))
+    env = _env(tmp_path, on_full, make_sdk(tmp_path / "sdk", "2.31.0"))
+    export = _export(tmp_path, build_cnn(tmp_path / "cnn.onnx"))
+    r = _run(export, env, CONTEXT_ONLY)["context_binary"]
+    assert r.status == Status.FAILED
+    assert [f.check for f in r.findings if f.severity == Severity.ERROR] == ["board.disk_full"]
+    assert "no space left on device on board standin" in r.summary and "\n" not in r.summary
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler.bin"]   # run folder gone
+    (full_disk / "filler.bin").unlink()
+    again = _run(export, env, CONTEXT_ONLY)["context_binary"]
+    assert again.status == Status.PASSED and not again.cached, again.summary
+
+
+def test_a_board_held_by_another_run_is_named_and_not_cached(qcs_board: Board,
+                                                             tmp_path: Path) -> None:
+    from qnn_ci.boards.lock import board_lock
+
+    quick = qcs_board.with_config(lock_timeout_s=1.0)
+    env = _env(tmp_path, quick, make_sdk(tmp_path / "sdk", "2.31.0"))
+    export = _export(tmp_path, build_cnn(tmp_path / "cnn.onnx"))
+    _run(export, env, CONTEXT_ONLY[:-1])
+    other = quick.open(quick.config)
+    try:   # another runner (its own lock folder) holds the board
+        with board_lock(other, quick.config, timeout=5, runner_lock_dir=tmp_path / "other"):
+            r = _run(export, env, CONTEXT_ONLY)["context_binary"]
+    finally:
+        other.close()
+    assert r.status == Status.FAILED
+    assert [f.check for f in r.findings] == ["board.locked"], r.findings
+    assert r.summary.startswith("board standin is locked by ") and "\n" not in r.summary
+    again = _run(export, env, CONTEXT_ONLY)["context_binary"]
+    assert again.status == Status.PASSED and not again.cached, again.summary
