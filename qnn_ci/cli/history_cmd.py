@@ -4,8 +4,11 @@
     qnn-ci history show [--db history.jsonl] [--export NAME]... [--last N] [--json]
                         [--manifest MANIFEST]... [--tolerance KIND=VALUE]...
 
-``add`` exits 0 (also when the run had no numbers to add); ``show`` exits 1 when
-a drift is flagged, else 0; bad input is one line and exit 2. See docs/history.md.
+``add`` records only what the run measured: a stage read from the cache
+(``qnn.cached``) is left out, and a run that read every stage from the cache adds
+nothing (one line). It exits 0 (also when the run had no numbers to add); ``show``
+exits 1 when a drift is flagged, else 0; bad input is one line and exit 2. See
+docs/history.md.
 """
 
 from __future__ import annotations
@@ -57,8 +60,13 @@ def _add(args: argparse.Namespace) -> int:
         history.parse_date(args.date)          # a bad --date: one line before anything
     if args.commit is not None and (not args.commit.strip() or "\n" in args.commit):
         raise UserError(f"--commit {args.commit!r}: give a commit id")
-    records = history.records_from_junit(args.junit, commit=args.commit, date=args.date,
-                                         where=Path.cwd())
+    run = history.read_run(args.junit, commit=args.commit, date=args.date, where=Path.cwd())
+    records = run.records
+    if not records and run.cached:
+        print(f"{args.junit}: every stage with numbers was read from the cache (qnn.cached): "
+              f"the run measured nothing new, nothing added to {args.db} (qnn-ci run "
+              "--no-cache or pytest --qnn-no-cache measures again)")
+        return 0
     added = history.append(args.db, records)
     exports = len({r["export"] for r in records})
     if not records:
@@ -66,7 +74,9 @@ def _add(args: argparse.Namespace) -> int:
     else:
         again = len(records) - added
         print(f"added {added} record(s) for {exports} export(s) to {args.db}"
-              + (f" ({again} already there)" if again else ""))
+              + (f" ({again} already there)" if again else "")
+              + (f"; {len(run.cached)} stage(s) read from the cache left out (measured "
+                 "by an earlier run)" if run.cached else ""))
     return 0
 
 

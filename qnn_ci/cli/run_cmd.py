@@ -19,6 +19,7 @@ from qnn_ci.engine.results import Finding, StageResult, Status
 from qnn_ci.engine.stage import STAGE_ORDER
 from qnn_ci.engine.warning_lines import warning_properties, warning_texts, warnings_report
 from qnn_ci.errors import UserError
+from qnn_ci.manifest.defaults import MANIFEST_NAMES
 from qnn_ci.manifest.loader import find_manifests
 from qnn_ci.report.changed_summary import changed_heading
 from qnn_ci.report.summary import (
@@ -27,6 +28,7 @@ from qnn_ci.report.summary import (
     markdown_summary,
     run_annotation,
     terminal_table,
+    terminal_width,
 )
 from qnn_ci.runner.session import (
     DEFAULT_WORKDIR,
@@ -44,8 +46,10 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("manifests", nargs="*", default=["qnn-ci.yaml"],
-                   help="manifest files or folders holding qnn-ci.yaml (default: ./qnn-ci.yaml)")
+    p.add_argument("manifests", nargs="*", default=[],
+                   help="manifest files or folders holding qnn-ci.yaml (default: "
+                        "./qnn-ci.yaml; with --changed-since, every qnn-ci.yaml / "
+                        "qnn-ci.yml of the git work tree)")
     p.add_argument("--junit", type=Path, help="write a JUnit XML report here")
     p.add_argument("--stage", action="append", choices=STAGE_ORDER, default=[],
                    help="run only these stages (and what they need); repeatable")
@@ -91,8 +95,25 @@ class Progress:
     opened: list[Opened] = field(default_factory=list)
 
 
+def _manifest_paths(args: argparse.Namespace) -> list[Path]:
+    """The manifests given; none given: ``./qnn-ci.yaml``, or with --changed-since
+    every manifest of the git work tree (``work_tree_manifests``), listed on stderr
+    once the REF is known to exist."""
+    if args.manifests:
+        return find_manifests(args.manifests)
+    if not args.changed_since:
+        return [Path(MANIFEST_NAMES[0])]
+    from qnn_ci.runner.changed import repository_of, resolve_ref, work_tree_manifests
+
+    found = work_tree_manifests(Path.cwd())
+    resolve_ref(repository_of(found[0].parent), args.changed_since)   # a bad REF: one line
+    shown = ", ".join(os.path.relpath(p) for p in found)
+    print(f"qnn-ci: manifests of the git work tree: {shown}", file=sys.stderr, flush=True)
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
-    paths = find_manifests(args.manifests)
+    paths = _manifest_paths(args)
     opts = Options(workdir=args.workdir, sdk_root=args.sdk_root, board=args.board,
                    boards_file=args.boards_file, use_cache=not args.no_cache,
                    exports=args.export, stages=args.stage, changed_since=args.changed_since,
@@ -264,7 +285,8 @@ def _report(rows: list[Row], *, as_json: bool, heading: str = "") -> None:
         print(json.dumps([{"manifest": str(r.manifest), "export": r.export,
                            **r.result.to_dict()} for r in rows], indent=1, default=str))
     else:
-        print(terminal_table(rows))
+        # cut to a terminal's width only; a CI log (a pipe, a file) keeps every line
+        print(terminal_table(rows, width=terminal_width(sys.stdout.isatty())))
         warned = warnings_report((f"{r.export}::{r.result.stage}",
                                   warning_texts(r.result.findings)) for r in rows)
         if warned:

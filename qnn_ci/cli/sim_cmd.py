@@ -31,6 +31,12 @@ answer (does every node go to the HTP?) holds, numbers are not checked.
 Needs onnxruntime-qnn: pip install 'qnn-ci[sim]'.
 """
 RANDOM_SAMPLES = 2
+DIAGNOSE_NEEDS_CALIBRATION = (
+    "--diagnose needs --calibration INPUT_LIST (real samples: random data cannot diagnose "
+    "numerics): `qnn-ci run --stage calibration` writes one from a manifest's calibration "
+    "(.qnn-ci/<export>/calibration/input_list.txt; held_out_list.txt for --test-inputs), "
+    "or write one line per sample, name:=/abs/path.raw per input (headerless, the input's "
+    "dtype), and check it with `qnn-ci inputs validate LIST --model MODEL.onnx`")
 DEFAULT_BUDGET_S = 600.0
 
 
@@ -118,8 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise UserError("--samples must be at least 1")
     if args.diagnose and not args.calibration:
-        raise UserError("--diagnose needs --calibration: random data cannot diagnose numerics "
-                        "(give real samples as an input list)", key="--diagnose")
+        raise UserError(DIAGNOSE_NEEDS_CALIBRATION)
     if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
         raise UserError(f"--budget must be a positive number of seconds, got {args.budget}",
                         key="--budget")

@@ -244,5 +244,6 @@ def diagnose_board(*, run_debug: Callable[[], tuple[Path | None, list[str], floa
                             if len(report.missing) > 5 else ""))
         d = Diagnosis(attribution, detail, "board-debug", report.first, report.layers,
                       report.jumps, [], cost, {}, notes)
+    d.bounds = dict(bounds)
     write_artefacts(d, out_dir, bounds.get("cosine"))
     return d

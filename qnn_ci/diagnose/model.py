@@ -150,6 +150,8 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)      # when no recipe passes: the best
     #                                                      tried and what is left to do
+    bounds: dict[str, float] = field(default_factory=dict)  # what a tensor was held to
+    #                                                      (cosine / snr / max_abs)
 
     def headline(self) -> str:
         """One line for the failure text: where the error enters and what fixes it."""
@@ -158,7 +160,7 @@ class Diagnosis:
         if self.detail:
             parts[0] += f" ({self.detail})"
         fd = self.first_divergence
-        if fd is not None:
+        if fd is not None and self.attribution != NONE:   # nothing lost: nothing diverged
             parts.append(f"first divergence at {fd.tensor!r} ({fd.op_type} {fd.node!r}): "
                          f"{fd.metric} {_num(fd.value)} vs bound {_num(fd.bound)}"
                          + (f", worst channel {fd.worst_channel} cosine "
@@ -200,8 +202,37 @@ class Diagnosis:
                 "worst_jumps": [m.to_dict() for m in self.worst_jumps],
                 "recipes": [r.to_dict() for r in self.recipes],
                 "advice": list(self.advice),
+                "bounds": {k: _num(v) for k, v in self.bounds.items()},
                 "cost": {k: _num(v) for k, v in self.cost.items()},
                 "artefacts": dict(self.artefacts), "notes": list(self.notes)}
+
+
+def closest_to_bound(layers: list[LayerMetrics], bounds: dict[str, float]
+                     ) -> tuple[LayerMetrics, str, float, float] | None:
+    """The compared tensor with the smallest margin to its bound: (tensor, metric,
+    value, bound); the margin is negative for a tensor past its bound. Held to the
+    first of cosine (the tensor's or its worst channel's, the lower), SNR and max_abs
+    that has a bound and a finite value; None when none has."""
+    for metric in ("cosine", "snr", "max_abs"):
+        bound = bounds.get(metric)
+        if bound is None:
+            continue
+        best: tuple[float, LayerMetrics, str, float] | None = None
+        for m in layers:
+            if metric == "cosine":
+                pairs = [("cosine", m.cosine), ("worst_channel_cosine", m.worst_channel_cosine)]
+            else:
+                pairs = [("snr" if metric == "snr" else "max_abs",
+                          m.snr_db if metric == "snr" else m.max_abs)]
+            for name, value in pairs:
+                if value is None or not math.isfinite(value):
+                    continue
+                margin = bound - value if metric == "max_abs" else value - bound
+                if best is None or margin < best[0]:
+                    best = (margin, m, name, value)
+        if best is not None:
+            return best[1], best[2], best[3], bound
+    return None
 
 
 def _values(worst: dict[str, float | None], before: dict[str, float | None]) -> str:

@@ -125,6 +125,7 @@ def diagnose_sim(*, float_model: Path, qdq_model: Path, ctx_model: Path | None, 
     failing = _failing_outputs(numerics.comparison) if numerics is not None else []
     outputs = failing or ([o.name for o in numerics.comparison.outputs] if numerics else [])
     bounds = bounds_for(thresholds, outputs)
+    diag.bounds = dict(bounds)
     samples = list(held_out)
     if diag.attribution == HTP:
         _bisect(diag, folded, qdq_model, soc, samples, bounds, out_dir, budget_s, say)

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import math
 
-from qnn_ci.diagnose.model import NONE, Diagnosis, LayerMetrics, recipe_line
+from qnn_ci.diagnose.model import (
+    NONE,
+    Diagnosis,
+    LayerMetrics,
+    closest_to_bound,
+    recipe_line,
+)
 
 SHOWN_RECIPES = 10
 
@@ -26,6 +32,18 @@ def _seconds(value: float) -> str:
     return f"{value:.3g} s" if value < 10 else f"{value:.0f} s"
 
 
+def _closest(d: Diagnosis) -> list[str]:
+    near = closest_to_bound(d.layers, d.bounds)
+    if near is None:
+        return []
+    m, metric, value, bound = near
+    where = f"{m.tensor!r} ({m.op_type} {m.node!r}, tensor {m.index})"
+    if value <= bound if metric == "max_abs" else value >= bound:
+        return [f"  closest to its bound: {where}: {metric} {_f(value)} vs bound {_f(bound)}"]
+    return [f"  smallest margin: {where}: {metric} {_f(value)} vs bound {_f(bound)}, past it "
+            "inside the graph while the outputs stay within theirs"]
+
+
 def text_lines(d: Diagnosis) -> list[str]:
     head = (f"diagnosis: {d.attribution} loss" if d.attribution != NONE
             else "diagnosis: no loss found")
@@ -36,7 +54,10 @@ def text_lines(d: Diagnosis) -> list[str]:
     if path:
         lines.append(f"  compared: {path}")
     fd = d.first_divergence
-    if fd is not None:
+    if d.attribution == NONE:
+        # nothing lost: no "first divergence"; the tensor nearest its bound, if any
+        lines += _closest(d)
+    elif fd is not None:
         channel = (f", worst channel {fd.worst_channel} cosine {_f(fd.worst_channel_cosine)}"
                    if fd.worst_channel is not None else "")
         lines.append(f"  first divergence: {fd.tensor!r} ({fd.op_type} {fd.node!r}, tensor "

@@ -9,9 +9,13 @@ A record (one line, keys in this order)::
 ``metrics`` holds every numeric ``qnn.*`` property of the stage's testcase in a
 JUnit report qnn-ci wrote (``qnn-ci run --junit`` or pytest's ``--junitxml`` with
 the plugin), except bookkeeping (``BOOKKEEPING``: durations, thresholds, exit codes,
-diagnosis costs, settings echoed back). Stages without such numbers are not
-recorded. ``soc`` is the stage's ``qnn.soc`` or, when it has none, the SoC another
-stage of the same export reported; ``board`` is the stage's ``qnn.board`` (board
+diagnosis costs, settings echoed back) and the counters of stages that measure
+nothing themselves (``COUNTING_STAGES``: the regression check's compared / worse /
+improved). Stages without such numbers are not recorded, nor stages read from the
+cache (``qnn.cached``): their numbers were measured by an earlier run, so a record
+of them would repeat old numbers (old timings included) under this run's date.
+``soc`` is the stage's ``qnn.soc`` or, when it has none, the SoC another stage of
+the same export reported; ``board`` is the stage's ``qnn.board`` (board
 stages only). See docs/history.md.
 
 Every byte sequence in a JUnit report or a history file ends in records or one
@@ -29,6 +33,7 @@ import os
 import re
 import subprocess
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,6 +59,10 @@ BOOKKEEPING = frozenset({
     "float_bias_bitwidth", "percentile_calibration_value",
 })
 
+# Stages whose numbers count what they compared (the regression check: compared,
+# worse, improved): no measurement of the export, never recorded or charted.
+COUNTING_STAGES = frozenset({"regression"})
+
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _DOCTYPES = tuple("<!DOCTYPE".encode(c) for c in ("utf-8", "utf-16-le", "utf-16-be"))
 _HINT = "pass a JUnit report written by qnn-ci run --junit (or pytest --junitxml)"
@@ -72,10 +81,17 @@ def number(text: str) -> int | float | None:
     return value if math.isfinite(value) else None
 
 
-def is_metric(name: str) -> bool:
-    """Whether the property ``qnn.<name>`` is a measurement (not bookkeeping)."""
+def is_metric(name: str, stage: str | None = None) -> bool:
+    """Whether the property ``qnn.<name>`` (of ``stage``, when given) is a measurement:
+    not bookkeeping, not a counter of a stage that measures nothing itself."""
     return not (name in BOOKKEEPING or name.startswith(BOOKKEEPING_PREFIXES)
-                or name.endswith(BOOKKEEPING_SUFFIXES))
+                or name.endswith(BOOKKEEPING_SUFFIXES) or stage in COUNTING_STAGES)
+
+
+def is_cached(props: dict[str, str]) -> bool:
+    """Whether a testcase's stage was read from the cache (``qnn.cached``: ``true`` from
+    qnn-ci's JUnit writer, ``True`` from pytest's)."""
+    return props.get("qnn.cached", "").strip().lower() == "true"
 
 
 # --- dates and commits ------------------------------------------------------------------
@@ -172,11 +188,12 @@ def _name_parts(case: Any, props: dict[str, str]) -> tuple[str, str] | None:
     return export[:MAX_NAME], stage[:MAX_NAME]
 
 
-def _metrics(props: dict[str, str]) -> dict[str, int | float]:
+def _metrics(props: dict[str, str], stage: str) -> dict[str, int | float]:
     out: dict[str, int | float] = {}
     for key, text in props.items():
         name = key[4:]
-        if not key.startswith("qnn.") or not name or len(name) > MAX_NAME or not is_metric(name):
+        if not key.startswith("qnn.") or not name or len(name) > MAX_NAME \
+                or not is_metric(name, stage):
             continue
         value = number(text.strip())
         if value is not None:
@@ -210,9 +227,26 @@ def _suite_commit(root: Any) -> str | None:
     return commit
 
 
+@dataclass
+class RunRecords:
+    """What a JUnit report gives the history: the records of the stages this run
+    measured, and the stages with numbers it read from the cache (left out)."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    cached: list[tuple[str, str]] = field(default_factory=list)    # (export, stage)
+
+
 def records_from_junit(path: str | Path, *, commit: str | None = None,
                        date: str | None = None, where: Path | None = None) -> list[dict[str, Any]]:
-    """The history records of the run a JUnit report describes.
+    """The history records of the run a JUnit report describes (``read_run``)."""
+    return read_run(path, commit=commit, date=date, where=where).records
+
+
+def read_run(path: str | Path, *, commit: str | None = None, date: str | None = None,
+             where: Path | None = None) -> RunRecords:
+    """The history records of the run a JUnit report describes: one per export x
+    stage that measured numbers in this run; a stage read from the cache
+    (``qnn.cached``) is listed in ``cached`` instead.
 
     ``commit`` / ``date`` given win; else the report's suite properties ``qnn.commit``
     (with ``+dirty`` when ``qnn.dirty``) / ``qnn.date``, which qnn-ci's writers record
@@ -244,24 +278,27 @@ def records_from_junit(path: str | Path, *, commit: str | None = None,
             socs.setdefault(named[0], soc[:MAX_NAME])
     if not found:
         raise UserError(f"no qnn-ci stage results in it; {_HINT}", file=path)
-    records = []
+    run = RunRecords()
     seen: set[tuple[str, str, str | None]] = set()
     for export, stage, props, status in rows:
-        metrics = _metrics(props)
+        metrics = _metrics(props, stage)
         board = (props.get("qnn.board") or "")[:MAX_NAME] or None
         if not metrics:
+            continue
+        if is_cached(props):     # an earlier run's numbers: nothing measured here
+            run.cached.append((export, stage))
             continue
         if (export, stage, board) in seen:   # e.g. the same export name in two manifests
             log.warning("%s: %s::%s is in the report twice; the first one is kept",
                         path, export, stage)
             continue
         seen.add((export, stage, board))
-        records.append({
+        run.records.append({
             "date": stamp, "commit": sha[:MAX_NAME], "export": export, "stage": stage,
             "soc": (props.get("qnn.soc") or "")[:MAX_NAME] or socs.get(export),
             "board": board,
             "status": status, "metrics": metrics})
-    return records
+    return run
 
 
 # --- the history file -------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Trends over the run history: per export x SoC x board x stage x metric, the last
-values, and drifts that no single night's check sees.
+values, and drifts that no single night's check sees. Only measurements are
+trended (``qnn_ci.nightly.history.is_metric``): counters such as the regression
+check's worse / improved, recorded by older versions, are left out.
 
 The drift rule (docs/history.md): over the last ``WINDOW`` (7) values of a metric
 whose better direction is known, the metric moved the worse way on at least
@@ -20,7 +22,7 @@ from itertools import pairwise
 from typing import Any
 
 from qnn_ci.nightly import regression
-from qnn_ci.nightly.history import parse_date
+from qnn_ci.nightly.history import is_metric, parse_date
 
 WINDOW = 7
 MIN_WORSE_STEPS = 5
@@ -103,6 +105,8 @@ def trends(records: Iterable[dict[str, Any]], *, last: int = WINDOW,
     series: dict[tuple[str, str, str, str, str], list[tuple[str, str, float]]] = {}
     for r in ordered:
         for metric, value in r["metrics"].items():
+            if not is_metric(metric, r["stage"]):   # counters a history may hold from
+                continue                            # before they were left out
             key = (r["export"], r.get("soc") or "", r.get("board") or "", r["stage"], metric)
             series.setdefault(key, []).append((r["date"], r["commit"], value))
     stage_order: dict[str, int] = {}

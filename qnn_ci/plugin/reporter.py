@@ -156,12 +156,19 @@ class Reporter:
         if not self.rows:
             return
         from qnn_ci.report.changed_summary import changed_heading
-        from qnn_ci.report.summary import annotations, markdown_summary, terminal_table
+        from qnn_ci.report.summary import (
+            annotations,
+            markdown_summary,
+            terminal_table,
+            terminal_width,
+        )
 
         rows = self._rows()
         self._html(terminalreporter)
         terminalreporter.write_sep("=", "qnn-ci summary")
-        terminalreporter.write_line(terminal_table(rows))
+        # cut to a terminal's width only; a CI log (a pipe, a file) keeps every line
+        width = terminal_width(bool(getattr(terminalreporter, "isatty", False)))
+        terminalreporter.write_line(terminal_table(rows, width=width))
         warned = self._warnings()
         if warned:
             terminalreporter.write_sep("=", "qnn-ci warnings")

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
-from qnn_ci.report.plots import ChartBatch, histogram_html, num, trend_html
+from qnn_ci.report.plots import ChartBatch, histogram_html, num, same_shown, trend_html
 from qnn_ci.report.report_data import ReportInput, StageEntry, stage_order
 from qnn_ci.report.trend_data import Trends
+from qnn_ci.util.listing import cut_text
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +154,11 @@ def _baseline_cell(m: _Metric, export: str, baselines: Baselines | None) -> str:
         return "<td>–</td>"
     delta = ""
     if v is not None:
-        worse = v < base if m.metric in HIGHER_IS_BETTER else v > base
-        arrow = "▼" if worse and v != base else ("▲" if v != base else "=")
-        delta = f' <span class="{"bad" if worse and v != base else "ok"}">{arrow}</span>'
+        if same_shown(v, base):       # equal at the digits shown: unchanged, no arrow
+            delta = ' <span class="ok">=</span>'
+        else:
+            worse = v < base if m.metric in HIGHER_IS_BETTER else v > base
+            delta = f' <span class="{"bad" if worse else "ok"}">{"▼" if worse else "▲"}</span>'
     return f'<td class="n">{escape(num(base))}{delta}</td>'
 
 
@@ -181,7 +184,7 @@ def _metrics_table(export: str, entries: list[StageEntry], baselines: Baselines 
 
 def _latency_table(entries: list[StageEntry]) -> str:
     rows = [(e.stage, k, v) for e in entries for k, v in e.properties.items()
-            if k.startswith("latency.")]
+            if k.startswith(("latency.", "load."))]   # context_run's load time too
     if not rows:
         return ""
     return ("<h3>Latency</h3><table><tr><th>stage</th><th>property</th><th>value</th></tr>"
@@ -285,7 +288,7 @@ def _trends(export: str, trends: Trends | None, batch: ChartBatch) -> str:
                      for lab in labels if (export, lab) in trends.drifts)
     charts = "".join(trend_html(series[lab], title=lab, batch=batch) for lab in shown)
     more = (f'<p class="meta">+{len(rest)} more series: '
-            f"{escape(', '.join(rest[:20]))}{' …' if len(rest) > 20 else ''}</p>"
+            f"{escape(cut_text(rest, 20))}</p>"
             if rest else "")
     return f'<h3>Trends</h3>{drifts}<div class="charts">{charts}</div>{more}'
 

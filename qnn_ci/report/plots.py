@@ -26,11 +26,23 @@ TREND_W, TREND_H, TREND_PAD = 300, 72, 5
 HIST_W, HIST_H, HIST_TOP = 420, 110, 4
 
 
+SHOWN_DIGITS = 5      # fewer than a JUnit property keeps (6: report/property_text.py)
+
+
 def num(value: float) -> str:
-    """A number in at most 5 significant digits."""
+    """A number in at most ``SHOWN_DIGITS`` (5) significant digits."""
     if not math.isfinite(value):
         return str(value)
-    return f"{value:.5g}"
+    return f"{value:.{SHOWN_DIGITS}g}"
+
+
+def same_shown(a: float, b: float) -> bool:
+    """Whether ``a`` and ``b`` are the same number at the precision the page shows
+    (``num``): a value read back from JUnit (6 significant digits) and its baseline
+    at full precision are unchanged when they round alike (37.7487 and 37.748731)."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return a == b
+    return float(num(a)) == float(num(b))
 
 
 class ChartBatch:

@@ -3,6 +3,7 @@ kept under the 1 MiB step-summary limit) and `::error` annotations."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +11,10 @@ from pathlib import Path
 from qnn_ci.engine.internal_error import crash_log
 from qnn_ci.engine.results import StageResult, Status
 from qnn_ci.report import diagnosis_summary
+from qnn_ci.util.listing import shown
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
+FINDINGS_SHOWN = 8                         # a failure's findings in the terminal table
 _BUDGET = STEP_SUMMARY_LIMIT - 16 * 1024   # headroom for anything else the job writes
 
 _MARK = {Status.PASSED: "PASS", Status.FAILED: "FAIL", Status.SKIPPED: "skip",
@@ -37,11 +40,48 @@ def _icon(r: StageResult) -> str:
     return "💥 internal error" if crash_log(r) else f"{_ICON[r.status]} {r.status.value}"
 
 
+# What makes a line an action a reader must copy whole: a command (in backticks,
+# `qnn-ci ...`, `pytest ...`, `pip install`, an option such as --dim), a path or a
+# file name, a setting (a dotted manifest key such as target.soc, NAME=VALUE, an
+# environment variable such as QNN_SDK_ROOT).
+_ACTION = re.compile(
+    r"`|\bqnn-ci\s+[a-z]|\bpytest\s|\bpip install\b"
+    r"|(?:^|[\s(\[])--?[A-Za-z][\w-]*"
+    r"|[\w.~-]/[\w.-]"
+    r"|\b[\w-]+\.(?:ya?ml|onnx|json|txt|raw|so|bin|xml|html|csv|log|py|encodings|cpp)\b"
+    r"|\b[a-z_][a-z0-9_]+\.[a-z_][a-z0-9_]+"
+    r"|\b[A-Za-z_]\w*=\S"
+    r"|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b")
+
+
+def carries_action(text: str) -> bool:
+    """Whether ``text`` holds something a reader acts on (a command, a path, a
+    setting): such a line is never cut."""
+    return _ACTION.search(text) is not None
+
+
+def fit(text: str, width: int | None) -> str:
+    """``text`` cut to ``width`` with "…", unless there is no width (not a terminal:
+    a CI log keeps every line whole) or it carries an action (``carries_action``).
+    Long value lists are cut where they are made, with "(+N more)"
+    (``qnn_ci.util.listing``), never here."""
+    if width is None or len(text) <= width or carries_action(text):
+        return text
+    return text[: width - 1] + "…"
+
+
+def terminal_width(isatty: bool) -> int | None:
+    """The width summary lines are cut to: the terminal's (at least 100) when the
+    output is a terminal; None (nothing cut) when it is a pipe or a file (a CI log)."""
+    if not isatty:
+        return None
+    return max(100, shutil.get_terminal_size((140, 24)).columns)
+
+
 def terminal_table(rows: list[Row], *, width: int | None = None) -> str:
-    """Exports x stages with each stage's key number; rows cut to the terminal width
-    (a failure is never cut)."""
-    if width is None:
-        width = max(100, shutil.get_terminal_size((140, 24)).columns)
+    """Exports x stages with each stage's key number. With a ``width`` (a terminal:
+    ``terminal_width``) a row that carries no action is cut to it (a failure, a
+    command, a path or a setting never is); without one nothing is cut."""
     out: list[str] = []
     current: tuple[Path, str] | None = None
     for row in rows:
@@ -55,21 +95,26 @@ def terminal_table(rows: list[Row], *, width: int | None = None) -> str:
         text = f"  {_mark(r):<5} {r.stage:<14} {note}"
         if r.status in (Status.FAILED, Status.ERROR):
             out.append(text)  # a failure is shown whole, with its findings
-            out += [f"{'':22}- {f.message}" for f in r.errors()[:8]
-                    if f.message not in r.summary]
+            kept, more = shown([f for f in r.errors() if f.message not in r.summary],
+                               FINDINGS_SHOWN)
+            out += [f"{'':22}- {f.message}" for f in kept]
+            if more:
+                out.append(f"{'':22}(+{more} more: see the JUnit report or --json)")
             diagnosis = diagnosis_summary.headline(r)
             if diagnosis:
                 out.append(f"{'':22}{diagnosis}")
         else:
-            out.append(text if len(text) <= width else text[: width - 1] + "…")
+            out.append(fit(text, width))
     counts = {s: sum(r.result.status == s for r in rows) for s in Status}
     out.append(", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "nothing ran")
     return "\n".join(out)
 
 
 def _cell(text: str, limit: int = 300) -> str:
+    """A Markdown table cell: one line, ``|`` escaped, cut to ``limit`` unless it
+    carries an action (a command, a path, a setting: ``carries_action``)."""
     text = " ".join(text.split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if len(text) <= limit or carries_action(text) else text[: limit - 1] + "…"
 
 
 def markdown_summary(rows: list[Row], *, title: str = "qnn-ci", interrupted: str | None = None,
@@ -107,8 +152,11 @@ def markdown_summary(rows: list[Row], *, title: str = "qnn-ci", interrupted: str
         for r in failed_first:
             block.append(f"| `{r.result.stage}` | {_icon(r.result)} "
                          f"| {_cell(r.result.summary)} |")
-            for f in r.result.errors()[:5]:
+            kept, more = shown(r.result.errors(), 5)
+            for f in kept:
                 block.append(f"| | | ↳ {_cell(f.message, 200)} |")
+            if more:
+                block.append(f"| | | ↳ (+{more} more: see the JUnit report) |")
         block.append("")
         for r in failed_first:
             if r.result.status == Status.FAILED:

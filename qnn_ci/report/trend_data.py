@@ -2,7 +2,9 @@
 run x export x stage: ``{"date", "commit", "export", "stage", "soc", "board",
 "metrics": {name: value}}``, what ``qnn-ci history add`` appends; read by
 ``qnn_ci.nightly.history.read_history``: any bytes give records or one ``UserError`` line).
-The drift of each series is ``qnn_ci.nightly.trends``' rule (docs/history.md).
+The drift of each series is ``qnn_ci.nightly.trends``' rule (docs/history.md); only
+measurements are series (``qnn_ci.nightly.history.is_metric``: no counter such as the
+regression check's worse / improved, even in a history an older qnn-ci wrote).
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ An export's inputs, each a reason when it changed:
 ``from:`` chains: an export whose calibration comes from a selected export is
 selected too ("upstream export 'det' selected").
 
+``qnn-ci run --changed-since REF`` given no manifest runs those of the git work
+tree (``work_tree_manifests``: every ``qnn-ci.yaml`` / ``qnn-ci.yml`` git tracks or
+would, in any folder).
+
 What changed is read from git: ``git diff --name-only REF`` (the working tree
 against REF: committed, staged and unstaged changes) plus untracked files. Files
 outside the repository (a model inside an installed package) have no history:
@@ -87,6 +91,35 @@ def repository_of(path: Path) -> Path:
     except _GitFailed:
         raise UserError("--changed-since needs the manifest to be in a git repository",
                         file=path) from None
+
+
+def work_tree_manifests(start: Path) -> list[Path]:
+    """The manifests of the git work tree holding ``start`` (``qnn-ci run
+    --changed-since REF`` given no manifest): every file named ``qnn-ci.yaml`` or
+    ``qnn-ci.yml`` under the repository's root, tracked or untracked but not ignored
+    (git's own view: a virtualenv or work folder in ``.gitignore`` is not searched),
+    sorted by path. None found, or ``start`` in no work tree: one ``UserError`` line
+    saying what to do."""
+    from qnn_ci.manifest.defaults import MANIFEST_NAMES
+
+    names = " or ".join(MANIFEST_NAMES)
+    try:
+        repo = Path(_git(start, "rev-parse", "--show-toplevel").strip())
+    except _GitFailed:
+        raise UserError(f"--changed-since with no manifest given looks for the manifests "
+                        f"({names}) of the git work tree, and {start} is in none: run it "
+                        "inside the repository or give the manifest (qnn-ci run "
+                        "path/to/qnn-ci.yaml --changed-since REF)") from None
+    out = _git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
+               *(f":(glob)**/{n}" for n in MANIFEST_NAMES))
+    found = sorted({repo / p for p in out.split("\0")
+                    if p and Path(p).name in MANIFEST_NAMES and (repo / p).is_file()})
+    if not found:
+        raise UserError(f"--changed-since with no manifest given: no file named {names} in "
+                        f"the git work tree {repo}; name the manifest qnn-ci.yaml (any "
+                        "folder of the repository) or give its path (qnn-ci run "
+                        "path/to/manifest.yaml --changed-since REF)")
+    return found
 
 
 def resolve_ref(repo: Path, ref: str) -> str:

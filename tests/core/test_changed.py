@@ -3,6 +3,7 @@ its export with a reason, `from:` chains propagate, a missing REF is one line.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -267,3 +268,57 @@ def test_the_work_folder_is_not_listed_as_changed_but_a_retargeted_link_is(
     (repo / "link.onnx").unlink()
     (repo / "link.onnx").symlink_to("b.onnx")
     assert changed_paths(repo, head, work) == {repo / "new.onnx", repo / "b.onnx"}
+
+
+def test_run_changed_since_without_a_manifest_finds_those_of_the_work_tree(
+        tmp_path: Path) -> None:
+    """`qnn-ci run --changed-since HEAD` as docs/pr-checks.md shows it (no manifest
+    given), from the repository's root or any folder in it: the manifests of the work
+    tree are found in their subfolders, tracked or new, not those git ignores."""
+    r = tmp_path / "repo"
+    for sub in ("models/det", "models/cls", "docs", "venv"):
+        (r / sub).mkdir(parents=True)
+    git(r, "init", "-q", "-b", "main")
+    git(r, "config", "user.email", "ci@example.com")
+    git(r, "config", "user.name", "ci")
+    scale_model(r / "models" / "det" / "det.onnx")
+    scale_model(r / "models" / "cls" / "cls.onnx")
+    (r / "models" / "det" / "qnn-ci.yaml").write_text(
+        "exports:\n  - name: det\n    model: det.onnx\n    inputs: {x: {shape: [1, 4]}}\n")
+    (r / "venv" / "qnn-ci.yaml").write_text("exports: [\n")     # ignored: never read
+    (r / ".gitignore").write_text("venv/\n")
+    git(r, "add", "-A")
+    git(r, "commit", "-qm", "base")
+    # a new manifest, not committed yet: present in the work tree, so found
+    (r / "models" / "cls" / "qnn-ci.yml").write_text(
+        "exports:\n  - name: cls\n    model: cls.onnx\n    inputs: {x: {shape: [1, 4]}}\n")
+    scale_model(r / "models" / "det" / "det.onnx", scale=3.0)     # det's model changed
+    for cwd in (r, r / "docs"):
+        done = _cli(cwd, "--changed-since", "HEAD")
+        assert done.returncode == 0, done.stderr
+        assert ("qnn-ci: manifests of the git work tree: "
+                + ", ".join(os.path.relpath(p, cwd) for p in (
+                    r / "models/cls/qnn-ci.yml", r / "models/det/qnn-ci.yaml"))) \
+            in done.stderr, done.stderr
+        assert "selected   det: model changed" in done.stderr
+        assert "selected   cls: new export" in done.stderr
+        ran = {line.split()[0] for line in done.stdout.splitlines()
+               if line and not line.startswith(" ") and "(" in line}
+        assert ran == {"det", "cls"}, done.stdout
+
+
+def test_run_changed_since_with_no_manifest_anywhere_is_one_line(tmp_path: Path) -> None:
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    (r / "manifest.yaml").write_text("exports: []\n")     # not a name qnn-ci looks for
+    done = _cli(r, "--changed-since", "HEAD")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"no file named qnn-ci.yaml or qnn-ci.yml in the git work tree {r.resolve()}; " \
+           "name the manifest qnn-ci.yaml" in done.stderr
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    done = _cli(outside, "--changed-since", "HEAD")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "is in none: run it inside the repository or give the manifest" in done.stderr

@@ -52,10 +52,11 @@ def real_junit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = cli("run", "--workdir", str(base / "work"), "--junit", str(junit), cwd=project,
                QNN_SDK_ROOT=str(sdk))
     assert junit.is_file(), done.stdout + done.stderr
-    # the same run through the pytest plugin (cached), for test_a_real_pytest_report
+    # the same run through the pytest plugin (its own work folder: measured, not read
+    # from the cache), for test_a_real_pytest_report
     pytest_xml = base / "pytest.xml"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--qnn-workdir", str(base / "work"), "qnn-ci.yaml",
+                           "--qnn-workdir", str(base / "work-pytest"), "qnn-ci.yaml",
                            "--junitxml", str(pytest_xml)], cwd=project,
                           env=_env(QNN_SDK_ROOT=str(sdk)), capture_output=True, text=True,
                           timeout=600)
@@ -68,9 +69,12 @@ def test_a_real_pytest_report_gives_the_same_records(real_junit: Path, tmp_path:
     suite timestamp: the same numbers as qnn-ci run's report, dated by the timestamp."""
     from_run = history.records_from_junit(real_junit, commit="c", where=tmp_path)
     from_pytest = history.records_from_junit(real_junit.with_name("pytest.xml"), where=tmp_path)
-    key = ["export", "stage", "soc", "board", "status", "metrics"]
+    key = ["export", "stage", "soc", "board", "status"]
     assert [{k: r[k] for k in key} for r in from_pytest] == \
         [{k: r[k] for k in key} for r in from_run]
+    # the same numbers; the timings were measured by each run
+    assert [_untimed(r["metrics"]) for r in from_pytest] == \
+        [_untimed(r["metrics"]) for r in from_run]
     stamp = ET.parse(real_junit.with_name("pytest.xml")).getroot().find("testsuite")
     assert stamp is not None
     # the run's qnn.date when the plugin recorded it (junit.add_to_pytest_junit), else
@@ -78,6 +82,10 @@ def test_a_real_pytest_report_gives_the_same_records(real_junit: Path, tmp_path:
     given = {p.get("name"): p.get("value") for p in stamp.findall("properties/property")}
     assert from_pytest[0]["date"] == history.date_text(
         history.parse_date(given.get("qnn.date") or stamp.get("timestamp") or ""))
+
+
+def _untimed(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metrics.items() if not k.endswith("_s_per_inference")}
 
 
 def _props(junit: Path, stage: str) -> dict[str, str]:
@@ -135,6 +143,97 @@ def test_the_same_report_is_added_once(real_junit: Path, tmp_path: Path) -> None
     assert {r["date"] for r in records} == {run_date}
     assert {r["commit"] for r in records} == {"unknown"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.jsonl", "h.jsonl.lock"]
+
+
+@pytest.fixture(scope="module")
+def cached_runs(real_junit: Path) -> dict[str, Path]:
+    """After ``real_junit``'s run: its baselines written (``qnn-ci baseline update``),
+    the same run again with every stage but the regression check read from the cache
+    (``qnn-ci run --junit`` and pytest ``--junitxml``), and once more with
+    sim_numerics' stored result removed, so that it alone measures again."""
+    base = real_junit.parent
+    project, work, sdk = base / "project", base / "work", base / "sdk" / "qairt"
+    done = cli("baseline", "update", "--workdir", str(work), cwd=project,
+               QNN_SDK_ROOT=str(sdk))
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = {name: base / f"{name}.xml" for name in ("cached", "pytest-cached", "partly")}
+    done = cli("run", "--workdir", str(work), "--junit", str(reports["cached"]), cwd=project,
+               QNN_SDK_ROOT=str(sdk))
+    assert reports["cached"].is_file(), done.stdout + done.stderr
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--qnn-workdir", str(work), "qnn-ci.yaml",
+                           "--junitxml", str(reports["pytest-cached"])], cwd=project,
+                          env=_env(QNN_SDK_ROOT=str(sdk)), capture_output=True, text=True,
+                          timeout=600)
+    assert reports["pytest-cached"].is_file(), done.stdout + done.stderr
+    (work / "tiny" / "sim_numerics" / "result.json").unlink()
+    done = cli("run", "--workdir", str(work), "--junit", str(reports["partly"]), cwd=project,
+               QNN_SDK_ROOT=str(sdk))
+    assert reports["partly"].is_file(), done.stdout + done.stderr
+    return reports
+
+
+@pytest.mark.parametrize("report", ["cached", "pytest-cached"])
+def test_a_run_read_from_the_cache_adds_no_record(cached_runs: dict[str, Path], report: str,
+                                                  tmp_path: Path) -> None:
+    """Every stage with numbers read from the cache: the old numbers (old timings
+    included) are not recorded again under this run's date; one line, exit 0."""
+    junit = cached_runs[report]
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+    cached = [c for c in cases if any(p.get("name") == "qnn.cached" and
+                                      p.get("value") in ("true", "True")
+                                      for p in c.iter("property"))]
+    assert len(cached) >= 4              # static_shapes .. sim_numerics, model_lib
+    db = tmp_path / "h.jsonl"
+    done = cli("history", "add", str(junit), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == (f"{junit}: every stage with numbers was read from the cache "
+                           f"(qnn.cached): the run measured nothing new, nothing added to "
+                           f"{db} (qnn-ci run --no-cache or pytest --qnn-no-cache measures "
+                           "again)\n")
+    assert not db.exists()
+
+
+def test_a_partly_cached_run_records_what_it_measured(cached_runs: dict[str, Path],
+                                                     real_junit: Path, tmp_path: Path) -> None:
+    db = tmp_path / "h.jsonl"
+    done = cli("history", "add", str(cached_runs["partly"]), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"added 1 record\(s\) for 1 export\(s\) to .*h\.jsonl; \d+ stage\(s\) "
+                        r"read from the cache left out \(measured by an earlier run\)\n",
+                        done.stdout), done.stdout
+    [record] = _lines(db)
+    assert record["stage"] == "sim_numerics"
+    first = {r["stage"]: r for r in history.records_from_junit(real_junit, where=tmp_path)}
+    # measured again: the same numbers, its own timings
+    assert _untimed(record["metrics"]) == _untimed(first["sim_numerics"]["metrics"])
+    assert "sim_s_per_inference" in record["metrics"]
+
+
+def test_the_regression_checks_counters_are_no_metrics(cached_runs: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    """The regression check ran (its baselines are new) and reported its counters
+    (worse, improved, compared): they are neither recorded nor charted."""
+    props = {p.get("name"): p.get("value")
+             for c in ET.parse(cached_runs["cached"]).getroot().iter("testcase")
+             if c.get("name") == "tiny::regression" for p in c.iter("property")}
+    assert props["qnn.worse"] == "0" and "qnn.improved" in props, props
+    run = history.read_run(cached_runs["cached"], where=tmp_path)
+    assert run.records == [] and run.cached and ("tiny", "regression") not in run.cached
+    # a history written before counters were left out: they are not trended
+    db = tmp_path / "h.jsonl"
+    history.append(db, [{"date": f"2026-11-0{d}", "commit": f"c{d}", "export": "tiny",
+                         "stage": stage, "soc": "QCS6490", "board": None, "status": "passed",
+                         "metrics": metrics}
+                        for d in (1, 2)
+                        for stage, metrics in (("regression", {"worse": d, "improved": 0,
+                                                               "simulator.compared": 4}),
+                                               ("sim_numerics", {"sim_vs_fp32.y.cosine": 0.99}))])
+    found = trends.trends(history.read_history(db))
+    assert [(t.stage, t.metric) for t in found] == [("sim_numerics", "sim_vs_fp32.y.cosine")]
+    from qnn_ci.report.trend_data import read_trends
+
+    assert list(read_trends(db).series["tiny"]) == ["sim_vs_fp32.y.cosine (sim_numerics, QCS6490)"]
 
 
 def test_commit_defaults_to_the_checkout_head(real_junit: Path, tmp_path: Path) -> None:
@@ -311,7 +410,7 @@ def test_pytest_style_report(tmp_path: Path) -> None:
         '<property name="qnn.htp_vs_cpu.out.cosine" value="nan"/>'
         '<property name="qnn.htp_vs_cpu.out.snr" value="1e999"/>'
         '<property name="qnn.sdk_version" value="2.31.0"/>'
-        '<property name="qnn.cached" value="True"/>'
+        '<property name="qnn.cached" value="False"/>'
         '</properties><failure message="x"/></testcase></testsuite></testsuites>')
     [record] = history.records_from_junit(junit, where=tmp_path)
     assert record == {"date": "2026-11-30T03:04:05Z", "commit": "unknown", "export": "det",

@@ -402,3 +402,64 @@ def test_odd_histogram_buckets_are_left_out_not_a_crash() -> None:
     text = render(ReportInput([entry]))
     assert text.count('<area shape="rect"') == 1 and "<span>1e-02</span>" in text
     assert "<span>7</span>" in text and 'title="0.01 ≤ |err| &lt; 0.1: 7"' in text
+
+
+def test_the_latency_table_has_the_so_run_and_the_context_binary_run() -> None:
+    so = StageEntry(export="cnn", stage="htp_vs_cpu", status="passed", summary="ok",
+                    findings=[], properties={"latency.median_ms": "1.25"}, data={},
+                    manifest="qnn-ci.yaml", line=3)
+    ctx = StageEntry(export="cnn", stage="context_run", status="passed", summary="ok",
+                     findings=[], properties={"latency.median_ms": "1.1", "load.init_ms": "42.5",
+                                              "context_vs_so.y.cosine": "1.0"},
+                     data={}, manifest="qnn-ci.yaml", line=3)
+    text = render(ReportInput([so, ctx], []), title="t")
+    table = text[text.index("<h3>Latency</h3>"):]
+    table = table[:table.index("</table>")]
+    assert "<td>htp_vs_cpu</td><td>latency.median_ms</td>" in table
+    assert "<td>context_run</td><td>latency.median_ms</td>" in table
+    assert "<td>context_run</td><td>load.init_ms</td>" in table
+    assert "context_vs_so" not in table
+
+
+def test_a_value_equal_to_its_baseline_at_the_digits_kept_has_no_arrow(tmp_path: Path) -> None:
+    """JUnit keeps 6 significant digits (SNR 37.748731 is written 37.7487), the baselines
+    file the full value: read back, the same SNR is unchanged ("="), not worse (▼)."""
+    from qnn_ci.engine.results import StageResult, Status
+    from qnn_ci.nightly import baselines as bl
+    from qnn_ci.report.html_report import make_report
+    from qnn_ci.report.junit import JUnitWriter
+
+    junit = tmp_path / "junit.xml"
+    writer = JUnitWriter(junit)
+    writer.add_result(tmp_path / "qnn-ci.yaml", "tiny", 3, StageResult(
+        "sim_numerics", Status.PASSED, "ok", properties={
+            "soc": "QCS6490", "sim_vs_fp32.y.snr": 37.748731,
+            "sim_vs_fp32.y.cosine": 0.99871234, "sim_vs_fp32.y.max_abs": 0.0123451}))
+    writer.flush()
+    assert 'value="37.7487"' in junit.read_text("utf-8")
+    base = tmp_path / "qnn-baselines.yaml"
+    bl.write(base, {("tiny", "QCS6490", "simulator"): bl.Entry(
+        metrics={"sim_vs_fp32.y.snr": 37.748731, "sim_vs_fp32.y.cosine": 0.99912,
+                 "sim_vs_fp32.y.max_abs": 0.0123449},
+        commit="3f2c1ab", date="2026-11-28")})
+    page = tmp_path / "r.html"
+    make_report(read_junit(junit), page, baselines=base)
+    text = page.read_text("utf-8")
+    assert '<td class="n">37.749 <span class="ok">=</span></td>' in text      # unchanged
+    assert '<td class="n">0.99912 <span class="bad">▼</span></td>' in text    # really worse
+    # 0.0123451 and 0.0123449 both show as 0.012345: the same at the digits shown
+    assert '<td class="n">0.012345 <span class="ok">=</span></td>' in text
+    assert "▲" not in text
+
+
+def test_series_beyond_those_charted_are_named_with_a_count_of_the_rest() -> None:
+    from qnn_ci.report.html import TRENDS_SHOWN
+    from qnn_ci.report.trend_data import Point, Trends
+
+    labels = [f"sim_vs_fp32.out{i:02}.cosine (sim_numerics)" for i in range(TRENDS_SHOWN + 25)]
+    trends = Trends(series={"tiny": {lab: [Point("2026-11-28", "c", 0.99)] for lab in labels}})
+    entry = StageEntry(export="tiny", stage="sim_numerics", status="passed", summary="ok",
+                       findings=[], properties={}, data={}, manifest="qnn-ci.yaml", line=3)
+    text = render(ReportInput([entry], []), trends=trends, title="t")
+    assert "+25 more series: " in text and text.count("out") >= 20
+    assert "(+5 more)</p>" in text and "…" not in text

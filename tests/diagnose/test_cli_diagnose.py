@@ -36,8 +36,46 @@ def test_diagnose_without_calibration_is_one_line(capsys, material, tmp_path: Pa
                           "--out", str(tmp_path / "o"))
     assert code == 2 and out == ""
     assert err.count("\n") == 1
-    assert "--diagnose needs --calibration: random data cannot diagnose numerics" in err
+    assert err.startswith("qnn-ci sim: error: --diagnose needs --calibration INPUT_LIST (real "
+                          "samples: random data cannot diagnose numerics): ")
+    assert err.count("--diagnose") == 1                      # named once, no doubled prefix
+    # how to make the list: the commands it names, each as it is typed
+    assert "`qnn-ci run --stage calibration` writes one" in err
+    assert "`qnn-ci inputs validate LIST --model MODEL.onnx`" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_list_the_hint_names_is_where_it_says(tmp_path: Path) -> None:
+    """``qnn-ci run --stage calibration`` writes the input list at the path the
+    --diagnose hint gives, and ``qnn-ci inputs validate`` accepts it."""
+    import os
+    import textwrap
+
+    from qnn_ci.cli.sim_cmd import DIAGNOSE_NEEDS_CALIBRATION
+    from tests.core.graphs import FLOATS_GEN, scale_model
+
+    scale_model(tmp_path / "m.onnx", dims=[1, 8])
+    (tmp_path / "gens.py").write_text(FLOATS_GEN)
+    (tmp_path / "qnn-ci.yaml").write_text(textwrap.dedent("""
+        exports:
+          - name: det
+            model: m.onnx
+            calibration: {generator: "gens:floats", samples: 4, held_out: 1}
+        """).lstrip())
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "QNN_SDK_ROOT")}
+
+    def qnn_ci(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "qnn_ci", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    done = qnn_ci("run", "--stage", "calibration")
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = ".qnn-ci/<export>/calibration/"
+    assert folder + "input_list.txt" in DIAGNOSE_NEEDS_CALIBRATION
+    for name in ("input_list.txt", "held_out_list.txt"):
+        listed = tmp_path / folder.replace("<export>", "det") / name
+        checked = qnn_ci("inputs", "validate", str(listed), "--model", "m.onnx")
+        assert checked.returncode == 0 and checked.stdout.endswith("clean\n"), checked.stdout
 
 
 @pytest.mark.parametrize("budget", ["0", "-5", "nan"])

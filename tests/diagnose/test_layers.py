@@ -265,3 +265,46 @@ def test_float32_sums_keep_cosine_and_snr_precise(noise: float) -> None:
     for s in (tensor_stats(r, t), batch_stats([(r, t)])[0]):
         assert s.cosine == pytest.approx(cos, abs=1e-9)
         assert s.snr_db == pytest.approx(snr, abs=0.01)
+
+
+def test_the_text_of_a_diagnosis_that_found_no_loss_has_no_first_divergence() -> None:
+    """Outputs within their bounds: no "first divergence" under "no loss found"; the
+    tensor nearest its bound is named as such, or, when an interior tensor is past the
+    bound although the outputs are not, as the smallest margin. A loss keeps its line."""
+    from qnn_ci.diagnose.model import NONE, QUANTIZATION, Diagnosis
+    from qnn_ci.diagnose.text import text_lines
+
+    order = [TensorInfo("a", "conv_a", "Conv", ["x"]), TensorInfo("b", "conv_b", "Conv", ["a"]),
+             TensorInfo("y", "relu", "Relu", ["b"])]
+    ref = RNG.normal(size=(1, 8, 4, 4)).astype(np.float32)
+    mild = ref + 0.02 * RNG.normal(size=ref.shape).astype(np.float32)
+    bounds = bounds_for(Thresholds(), ["y"])
+    layers, first, jumps = layer_report(order, {"a": [ref], "b": [ref], "y": [ref]},
+                                        {"a": [ref], "b": [mild], "y": [ref]}, bounds)
+    assert first is None
+    passed = Diagnosis(NONE, "nothing failed its bound", "qdq-cpu", first, layers, jumps,
+                       bounds=bounds)
+    lines = text_lines(passed)
+    assert lines[0] == "diagnosis: no loss found (nothing failed its bound)"
+    assert not [line for line in lines if "divergence" in line], lines
+    b = layers[1]
+    low = min(b.cosine or 1.0, b.worst_channel_cosine or 1.0)
+    assert "  closest to its bound: 'b' (Conv 'conv_b', tensor 1): " in "\n".join(lines)
+    assert "vs bound 0.99" in "\n".join(lines) and low < 1.0
+
+    interior = collapsed(ref, 3)      # one channel of an interior tensor lost, outputs fine
+    layers, first, jumps = layer_report(order, {"a": [ref], "b": [ref], "y": [ref]},
+                                        {"a": [ref], "b": [interior], "y": [ref]}, bounds)
+    assert first is not None and first.tensor == "b"
+    inside = Diagnosis(NONE, "nothing failed its bound", "qdq-cpu", first, layers, jumps,
+                       bounds=bounds)
+    lines = text_lines(inside)
+    assert not [line for line in lines if "divergence" in line], lines
+    assert [line for line in lines if line.startswith("  smallest margin: 'b' (Conv 'conv_b'")
+            and line.endswith("past it inside the graph while the outputs stay within theirs")]
+    assert "divergence" not in inside.headline()
+
+    lost = Diagnosis(QUANTIZATION, "QDQ on CPU worst cosine 0.5", "qdq-cpu", first, layers,
+                     jumps, bounds=bounds)
+    assert "  first divergence: 'b' (Conv 'conv_b', tensor 1): " in "\n".join(text_lines(lost))
+    assert "first divergence at 'b'" in lost.headline()

@@ -93,6 +93,24 @@ def test_on_demand_on_a_passing_check(collapse_per_channel: Checked, tmp_path: P
     assert d.path == "qdq-cpu" and d.first_divergence is None and d.layers
     assert not d.recipes and "recipe advisor not run: nothing failed" in d.notes
     check_artefacts(d, tmp_path / "diag")
+    # what `qnn-ci sim --diagnose` prints: nothing lost, so no "first divergence"
+    # under it, but the tensor nearest its bound, named as such
+    from qnn_ci.diagnose.model import closest_to_bound
+    from qnn_ci.diagnose.text import text_lines
+
+    lines = text_lines(d)
+    assert lines[0] == "diagnosis: no loss found (nothing failed its bound)"
+    assert not [line for line in lines if "divergence" in line], lines
+    assert d.bounds == {"cosine": 0.99}
+    near = closest_to_bound(d.layers, d.bounds)
+    assert near is not None
+    m, metric, value, bound = near
+    lowest = min(v for layer in d.layers for v in (layer.cosine, layer.worst_channel_cosine)
+                 if v is not None)
+    assert value == lowest >= bound == 0.99
+    assert f"  closest to its bound: {m.tensor!r} ({m.op_type} {m.node!r}, tensor " \
+           f"{m.index}): {metric} " in "\n".join(lines)
+    assert "first divergence" not in d.headline()
 
 
 @pytest.fixture(scope="module")
