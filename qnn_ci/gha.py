@@ -8,9 +8,16 @@ Inputs arrive as environment variables set through the action's ``env:`` blocks
   -- unless the runner machine itself allows it (``QNN_CI_ALLOW_FORK_PRS`` in the
   runner's environment, e.g. its ``.env`` file). A fork's code would run on the
   machine that holds the board and the SDK.
+- ``install``: choose the interpreter the checks run in (the ``python`` input: an
+  existing interpreter or virtual environment with the user's project; else a fresh
+  venv of the action's own) and install, in ONE pip call so one resolver sees it all,
+  qnn-ci with its extras, the ``requirements`` files and the ``install`` arguments
+  (``-e .[dev]``: the user's own project, which a calibration generator may import).
+  Writes ``python=<interpreter>`` to ``$GITHUB_OUTPUT`` for the ``run`` step.
 - ``run``: build and run the pytest command, then write counts to ``$GITHUB_OUTPUT``.
 
-Standard library only: ``fork-guard`` runs as a plain script before qnn-ci is installed.
+Standard library only: ``fork-guard`` and ``install`` run as plain scripts before
+qnn-ci is installed.
 """
 
 from __future__ import annotations
@@ -372,13 +379,76 @@ def run(environ: dict[str, str]) -> int:
     return code
 
 
+def interpreter(environ: dict[str, str]) -> Path | None:
+    """The ``python`` input as an interpreter: a file, or a virtual environment's
+    folder (its ``bin/python``); None when the input is empty."""
+    given = environ.get("QNN_CI_PYTHON", "").strip()
+    if not given:
+        return None
+    path = Path(given).expanduser()
+    if not path.is_absolute():
+        path = Path(environ.get("GITHUB_WORKSPACE") or ".") / path
+    if path.is_dir():
+        path = path / "bin" / "python"
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise InputError("python", f"The python input {given!r} is not an interpreter or "
+                         "a virtual environment (no executable bin/python there); give the "
+                         "path of one, or leave it empty for the action's own venv")
+    return path
+
+
+def install_argv(environ: dict[str, str], python: Path) -> list[str]:
+    """One pip call: qnn-ci (the action's own source) with its extras, the
+    ``requirements`` files, the ``install`` arguments."""
+    action = environ.get("QNN_CI_ACTION_PATH") or str(Path(__file__).resolve().parents[1])
+    extras = environ.get("QNN_CI_EXTRAS", "").strip()
+    if extras and not re.fullmatch(r"[A-Za-z0-9_-]+(\s*,\s*[A-Za-z0-9_-]+)*", extras):
+        raise InputError("extras", f"The extras input {extras!r} is not a comma-separated "
+                         "list of extra names (e.g. sim,report)")
+    spec = f"{action}[{extras.replace(' ', '')}]" if extras else action
+    argv = [str(python), "-m", "pip", "install", "--quiet", spec]
+    workspace = Path(environ.get("GITHUB_WORKSPACE") or ".")
+    for name in _split(environ, "QNN_CI_REQUIREMENTS", "requirements"):
+        if not (workspace / name).is_file():
+            raise InputError("requirements", f"The requirements input names {name}, which "
+                             f"is not a file in {workspace}")
+        argv += ["-r", name]
+    return argv + _split(environ, "QNN_CI_INSTALL", "install")
+
+
+def install(environ: dict[str, str]) -> int:
+    try:
+        python = interpreter(environ)
+        if python is None:
+            venv = Path(environ.get("RUNNER_TEMP") or ".") / "qnn-ci-venv"
+            print(f"::group::python -m venv {venv}", flush=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            print("::endgroup::", flush=True)
+            python = venv / "bin" / "python"
+        argv = install_argv(environ, python)
+    except InputError as exc:
+        print(f"::error title=qnn-ci input {exc.input}::{_escape(str(exc))}", flush=True)
+        return INPUT_ERROR
+    print("::group::" + shlex.join(argv[1:]), flush=True)
+    code = subprocess.call(argv, cwd=environ.get("GITHUB_WORKSPACE") or None)
+    print("::endgroup::", flush=True)
+    if code != 0:
+        _command("error", f"pip could not install qnn-ci with your project (exit {code}): "
+                 "see the install log above; check the install and requirements inputs")
+        return code
+    _write_outputs(environ, [f"python={python}"])
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["fork-guard"]:
         return fork_guard(dict(os.environ))
+    if args == ["install"]:
+        return install(dict(os.environ))
     if args == ["run"]:
         return run(dict(os.environ))
-    print("usage: python -m qnn_ci.gha {fork-guard|run}", file=sys.stderr)
+    print("usage: python -m qnn_ci.gha {fork-guard|install|run}", file=sys.stderr)
     return 2
 
 

@@ -35,6 +35,7 @@ from qnn_ci.errors import UserError
 
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("qnn_ci.cli.init_cmd", "write a starting qnn-ci.yaml (and workflow) for a model"),
     "run": ("qnn_ci.cli.run_cmd", "run the pipeline for every export in one or more manifests"),
     "shapes": ("qnn_ci.cli.shapes_cmd", "report and pin dynamic shapes; list tensors left dynamic"),
     "inputs": ("qnn_ci.cli.inputs_cmd", "validate an input list (calibration / qnn-net-run)"),

@@ -238,3 +238,19 @@ def test_action_collects_manifests_not_board_files(tmp_path: Path) -> None:
     (opt,) = [a for a in argv if a.startswith("qnn_manifests=")]
     assert opt.removeprefix("qnn_manifests=").split("\n") == \
         ["qnn-ci.yaml", "qnn-ci.yml", "nets.yaml"]
+
+
+def test_the_readme_tables_of_inputs_and_outputs_are_action_yml() -> None:
+    """The README's input and output tables are what scripts/action_table.py makes
+    from action.yml, so a new input cannot go undocumented."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("action_table",
+                                                  ROOT / "scripts" / "action_table.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made = module.tables()
+    assert "| `install` |" in made and "| `summary-path` |" in made
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert made in readme, "README's Action tables differ: run python scripts/action_table.py"

@@ -31,6 +31,13 @@ NOT_RUN = {
     "make test": "the whole suite (this test is part of it)",
     "make bench": "benchmarks take minutes each; their figures are in the README table",
     "make fuzz": "10,000 hypothesis examples per target (tests/fuzz runs 150)",
+    'python -m pip install "qnn-ci[sim] @ git+https://github.com/qnn-ci/qnn-ci@v0"':
+        "needs the published repository; tests/core/test_install.py installs the wheel "
+        "built from this checkout into a fresh venv instead",
+    'python -m pip install "qnn-ci[sim] @ git+https://github.com/qnn-ci/qnn-ci@COMMIT"':
+        "the same, pinned: COMMIT is the reader's to choose",
+    'python -m pip install -e ".[sim]"': "what `make setup` does (with the test extra)",
+    "qnn-ci --version": "run in tests/core/test_install.py, in the fresh venv",
     "pytest -m qnn": "needs a project holding models and a QAIRT SDK / board for the "
                      "qnn_sdk / qnn_board items",
     'pytest -m "qnn and not qnn_sdk and not qnn_board" models/':
