@@ -342,12 +342,14 @@ def _in_package(ctx: _Ctx, key_path: KeyPath, value: str, what: str) -> Path:
         # find_spec locates the package without running its __init__.
         spec = importlib.util.find_spec(package) if package.isidentifier() else None
     except (ImportError, ValueError) as exc:   # e.g. __main__ has no spec
-        raise ctx.error(key_path, f"{what}: cannot locate Python package {_short(package)} "
+        raise ctx.error(key_path, f"cannot locate Python package {_short(package)} "
                                   f"({exc}); name an installed package, or give a file "
                                   "path") from None
     if spec is None or not spec.submodule_search_locations:
-        raise ctx.error(key_path, f"{what}: Python package {_short(package)} is not "
-                                  "installed (pip install it, or give a file path)")
+        raise ctx.error(key_path, f"Python package {_short(package)} is not installed "
+                                  f"here (pip install it where qnn-ci runs -- in the GitHub "
+                                  f"Action, with its install: input -- or give the {what} "
+                                  "as a file path)")
     return (Path(next(iter(spec.submodule_search_locations))) / rest).resolve()
 
 

@@ -79,6 +79,9 @@ CASES: list[tuple[str, bytes | str, int, str | None, str]] = [
     ("nul-in-path", export(model='"m\\0.onnx"'), 3, "exports[0].model", "null byte"),
     ("pkg-main", export(model="pkg:__main__/x.onnx"), 3, "exports[0].model",
      "cannot locate Python package '__main__'"),
+    ("pkg-missing", export(model="pkg:no_such_pkg_qnn_ci/x.onnx"), 3, "exports[0].model",
+     "exports[0].model: Python package 'no_such_pkg_qnn_ci' is not installed here (pip "
+     "install it where qnn-ci runs -- in the GitHub Action, with its install: input"),
     ("generator-main", export('    calibration: {generator: "__main__:f"}\n'), 4,
      "exports[0].calibration.generator", "cannot look up module '__main__'"),
     ("long-generator", export(f'    calibration: {{generator: "{LONG}:f"}}\n'), 4,
