@@ -26,6 +26,7 @@ from qnn_ci.engine.results import Finding, Severity, StageResult, Status
 from qnn_ci.engine.spec import ExportSpec
 from qnn_ci.engine.stage import Environment, Stage, StageContext
 from qnn_ci.errors import UserError
+from qnn_ci.util.workfolder import open_new, refuse_links
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +223,11 @@ class Pipeline:
         settled = stage.settled(ctx)
         if settled is not None:
             return settled
+        lock_path = stage_dir.parent / f".{stage_name}.lock"
+        try:   # before anything there is read or written (qnn_ci.util.workfolder)
+            refuse_links(self.env.workdir, stage_dir / self.store.FILE, lock_path)
+        except UserError as exc:
+            return self._error(stage_name, exc, export)
         started = time.monotonic()
         try:
             fingerprint = stage.fingerprint(ctx)
@@ -255,7 +261,7 @@ class Pipeline:
         stage_dir.parent.mkdir(parents=True, exist_ok=True)
         from filelock import FileLock  # only when a stage runs: a cached run needs none
 
-        with FileLock(str(stage_dir.parent / f".{stage_name}.lock")):
+        with FileLock(str(lock_path)):
             if self.env.use_cache or self.env.run_token:
                 cached = self.store.load(
                     stage_dir, cache_key,
@@ -299,8 +305,9 @@ class Pipeline:
         from qnn_ci.engine.internal_error import INTERNAL_ERROR, describe
 
         crash_log = ctx.workdir / "crash.log"
-        try:
-            crash_log.write_text("".join(traceback.format_exception(exc)), "utf-8")
+        try:   # the folder is not cleared when fingerprint() crashes: no link followed
+            with open_new(crash_log) as fh:
+                fh.write("".join(traceback.format_exception(exc)).encode("utf-8"))
             where = f"traceback in {crash_log}"
         except OSError as write_exc:
             where = f"traceback not saved: {write_exc}"

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.engine.stage import Environment
+from qnn_ci.util.workfolder import refuse_links
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +150,11 @@ def _usable(full: dict[str, Any], folder: Path, env: Environment) -> bool:
 
 @contextmanager
 def claim(env: Environment, stage: str, key: str, export: str) -> Iterator[Claim]:
-    """Hold the lock for ``key`` of ``stage`` while the caller reuses or computes."""
+    """Hold the lock for ``key`` of ``stage`` while the caller reuses or computes. A
+    symbolic link on the way (``.shared``, its folders, the entry, the lock) is a
+    ``UserError``, before anything is read or written through it."""
     base = env.workdir / SHARED_DIR / stage
+    refuse_links(env.workdir, base / key / META, base / f"{key}.lock")
     base.mkdir(parents=True, exist_ok=True)
     folder = base / key
     from filelock import FileLock  # only when work is claimed: a cached run needs none

@@ -35,6 +35,7 @@ from typing import BinaryIO
 from qnn_ci.errors import ToolError
 from qnn_ci.sdk.locate import Sdk
 from qnn_ci.transport.procgroup import kill_group
+from qnn_ci.util.workfolder import open_new
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def run_tool(argv: list[str], *, sdk: Sdk, workdir: Path, log_name: str, timeout
     log.info("running %s (log %s)", shlex.join(argv), log_path)
     start = time.monotonic()
     timed_out = False
-    with open(log_path, "wb") as fh:
+    with open_new(log_path) as fh:   # a link in its place is replaced, not written through
         fh.write(header.encode())
         fh.flush()
         proc = subprocess.Popen(

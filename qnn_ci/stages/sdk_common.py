@@ -14,6 +14,7 @@ from qnn_ci.engine.spec import ExportSpec
 from qnn_ci.engine.stage import Environment, Stage, StageContext
 from qnn_ci.errors import ToolError
 from qnn_ci.sdk.locate import CONVERTER, Sdk, find_sdk, sdk_unavailable
+from qnn_ci.util.workfolder import refuse_links
 
 if TYPE_CHECKING:   # the converter's help probe and tool runs: when a stage runs
     from qnn_ci.sdk.converter_cmd import ConverterHelp
@@ -25,8 +26,11 @@ CACHE_SUBDIR = Path(".cache") / "sdk"
 
 
 def cache_dir(env: Environment) -> Path:
-    """Shared per-run cache folder for SDK probes (``<workdir>/.cache/sdk``)."""
-    path = Path(env.workdir).resolve() / CACHE_SUBDIR
+    """Shared per-run cache folder for SDK probes (``<workdir>/.cache/sdk``); a
+    symbolic link on the way is a ``UserError`` (``qnn_ci.util.workfolder``)."""
+    root = Path(env.workdir).resolve()
+    path = root / CACHE_SUBDIR
+    refuse_links(root, path)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -5,7 +5,10 @@ What a cached re-run would otherwise recompute at start-up (a model's signature,
 key that is a sha256 of *everything* the value depends on: the full content
 digest of the input and the source of the code that computed it. A memo is only
 ever a shortcut: a missing, unreadable or malformed entry is a miss (the value is
-recomputed), and a folder that cannot be written just means no memo.
+recomputed), and a folder that cannot be written just means no memo. A symbolic
+link on the way to an entry (``.memo``, a folder in it or the entry; left by a restored
+cache archive) is refused with a ``UserError`` before anything is read or written
+through it (``qnn_ci.util.workfolder``).
 
     memo = Memo(workdir / MEMO_DIR)
     key = memo_key("signature", content_sha256, code_digest(files))
@@ -23,6 +26,8 @@ import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from qnn_ci.util.workfolder import refuse_links
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +91,14 @@ class Memo:
         if self.root is None or not kind.isidentifier() or len(key) != 64 \
                 or not all(c in "0123456789abcdef" for c in key):
             return None
-        return self.root / kind / key[:2] / f"{key}.json"
+        path = self.root / kind / key[:2] / f"{key}.json"
+        # the memo folder is in the work folder: no link in it leads elsewhere
+        refuse_links(self.root.parent, path)
+        return path
 
     def get(self, kind: str, key: str) -> Any | None:
-        """The value stored under ``key``, or None (a miss) whatever is on disk."""
+        """The value stored under ``key``, or None (a miss) whatever file is there;
+        ``UserError`` for a symbolic link on the way to it."""
         path = self._path(kind, key)
         if path is None:
             return None
@@ -107,7 +116,8 @@ class Memo:
 
     def put(self, kind: str, key: str, value: Any) -> None:
         """Store ``value`` (atomically: a reader sees the old entry or the new one);
-        a folder that cannot be written is logged and ignored."""
+        a folder that cannot be written is logged and ignored, a symbolic link on the
+        way to it is a ``UserError``."""
         path = self._path(kind, key)
         if path is None:
             return

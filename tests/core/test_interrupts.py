@@ -1,7 +1,12 @@
 """SIGINT / SIGTERM: `qnn-ci run` as a real process stops with 130 / 143 and one
 stderr line, its JUnit report is whole, says it was interrupted and lists every
 stage that did not run; no JSON rather than half of it; the job summary says so;
-and a tool's process tree does not outlive it. Plus the signal guard itself."""
+and a tool's process tree does not outlive it. Plus the signal guard itself.
+
+Every test here sets the dispositions it relies on (``fixtures.signals``): a test run
+started with SIGINT or SIGTERM ignored (``cmd &``, nohup, some CI runners) passes
+them on to the processes it starts, and Python installs no SIGINT handler over an
+ignored SIGINT. ``test_launch_dispositions.py`` runs this file so launched."""
 
 from __future__ import annotations
 
@@ -15,12 +20,13 @@ import textwrap
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from fixtures.qairt_standin import make_esdk, make_sdk
+from fixtures.signals import default_dispositions, default_signals
 from qnn_ci.cli import interrupts
 from tests.core.graphs import FLOATS_GEN, scale_model
 
@@ -43,9 +49,37 @@ def project(tmp_path: Path) -> Path:
     return p
 
 
-def start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "qnn_ci", *args], env=env, cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.fixture(autouse=True)
+def default_handlers() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt and SIGTERM terminates in this process during
+    each test, whatever the test run inherited (restored after)."""
+    with default_dispositions():
+        yield
+
+
+_started: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_process_left() -> Iterator[None]:
+    """A process a test started and left running (the test failed) is killed."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def start(args: list[str], env: dict[str, str], cwd: Path, *,
+          preexec: Callable[[], None] = default_signals) -> subprocess.Popen[str]:
+    """``python -m qnn_ci ARGS``, with SIGINT and SIGTERM at their defaults (``preexec``
+    sets others)."""
+    proc = subprocess.Popen([sys.executable, "-m", "qnn_ci", *args], env=env, cwd=cwd,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+    _started.append(proc)
+    return proc
 
 
 def wait_for(path: Path, proc: subprocess.Popen[str], limit: float = 120) -> None:
@@ -110,6 +144,33 @@ def test_signal_leaves_a_whole_report_listing_what_did_not_run(
     text = summary.read_text()
     assert f"**Run interrupted** (interrupted by {name})" in text
     assert f"not run: interrupted by {name}" in text
+
+
+def _sigint_ignored() -> None:
+    """What a shell does for ``qnn-ci run &`` in a script (and nohup's callers)."""
+    default_signals()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_started_with_sigint_ignored_it_keeps_ignoring_it(tmp_path: Path) -> None:
+    """A command started in the background is meant to outlive the terminal's Ctrl-C:
+    qnn-ci leaves an inherited ignored SIGINT alone and still stops on SIGTERM."""
+    manifest = project(tmp_path)
+    flag = tmp_path / "sleeping"
+    env = dict(os.environ, GEN_SLEEP=str(flag))
+    env.pop("QNN_SDK_ROOT", None)
+    env.pop("GITHUB_ACTIONS", None)
+    proc = start(["run", str(manifest), "--workdir", str(tmp_path / "w"), "--stage",
+                  "calibration"], env, tmp_path, preexec=_sigint_ignored)
+    wait_for(flag, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert proc.poll() is None              # ignored: still running
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert [line for line in err.splitlines() if not line.startswith("  ")] == \
+        ["qnn-ci run: interrupted by SIGTERM"]
 
 
 def test_sigterm_without_junit_or_json_is_one_line(tmp_path: Path) -> None:
@@ -232,6 +293,12 @@ def test_ignored_sigterm_and_other_threads_are_left_alone() -> None:
             assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, old)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)   # as under nohup / `cmd &`
+    try:
+        with interrupts.stop_on_signals():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
     seen: list[object] = []
 
     def in_thread() -> None:
@@ -258,7 +325,9 @@ def test_third_signal_stops_at_once(tmp_path: Path) -> None:
         print("not reached", flush=True)
         """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+                            stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
+                            stdin=subprocess.DEVNULL, preexec_fn=default_signals)
+    _started.append(proc)
     assert proc.stdout is not None
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)

@@ -7,11 +7,23 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from fixtures.signals import default_dispositions
 from qnn_ci.sdk.toolrun import build_script, run_tool
+
+
+@pytest.fixture(autouse=True)
+def default_handlers() -> Iterator[None]:
+    """The tools these tests time out or interrupt start with SIGINT and SIGTERM at
+    their defaults, whatever the test run inherited (``fixtures.signals``): the kill
+    (TERM, then KILL after a grace period) takes the same path however pytest was
+    launched."""
+    with default_dispositions():
+        yield
 
 
 def test_esdk_sourced_before_envsetup(sdk_factory, tmp_path: Path) -> None:
@@ -29,6 +41,22 @@ def test_esdk_sourced_before_envsetup(sdk_factory, tmp_path: Path) -> None:
                        f"source {sdk.esdk_env}; qnn-model-lib-generator --help"],
         capture_output=True, text=True, cwd=tmp_path)
     assert wrong.returncode == 127 and "command not found" in wrong.stderr
+
+
+def test_a_link_in_place_of_the_log_is_replaced_not_written_through(sdk_factory,
+                                                                     tmp_path: Path) -> None:
+    """The SDK probe's log is written in ``<workdir>/.cache/sdk``, a folder qnn-ci does
+    not clear: a symbolic link left there (a restored cache archive) is not followed."""
+    sdk = sdk_factory()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    work = tmp_path / "cache"
+    work.mkdir()
+    (work / "probe.log").symlink_to(outside)
+    run = run_tool(["echo", "hello"], sdk=sdk, workdir=work, log_name="probe", timeout=60)
+    assert run.exit_code == 0, run.describe()
+    assert outside.read_text() == "keep me"
+    assert not run.log_path.is_symlink() and "hello" in run.log_path.read_text()
 
 
 def test_cwd_trap_relative_paths_and_callers_cwd(sdk_factory, tmp_path: Path,

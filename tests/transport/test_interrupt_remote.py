@@ -3,7 +3,9 @@ thread while a board command runs: the command's remote process group is killed
 before the exception goes on, and the board stays usable.
 
 The interrupt comes from a SIGALRM handler, as the CLI's signal handlers raise it:
-in the main thread, wherever it happens to be waiting.
+in the main thread, wherever it happens to be waiting. The commands (and the stand-in
+servers started for a test) begin with SIGINT and SIGTERM at their defaults, whatever
+the test run inherited (``fixtures.signals``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import filelock
 import pytest
 
 from fixtures.adb_device import TAG_VAR, AdbDevice, AdbServer
+from fixtures.signals import default_dispositions
 from fixtures.sshd import SshServer, pids_with_env
 from qnn_ci.boards.lock import LOCK_NAME, LockInfo, board_lock
 from qnn_ci.transport.adb import AdbTransport
@@ -34,6 +37,14 @@ class _Terminated(KeyboardInterrupt):
 
 
 INTERRUPTS = [KeyboardInterrupt, _Terminated, SystemExit]
+
+
+@pytest.fixture(autouse=True)
+def default_handlers() -> Iterator[None]:
+    """Autouse: set up before this test's other fixtures (the sshd, the device), so
+    they and the commands they run inherit the default dispositions."""
+    with default_dispositions():
+        yield
 
 
 @contextmanager
