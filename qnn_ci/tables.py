@@ -210,3 +210,83 @@ HTP_OPTIMIZATION_LEVELS = (1, 2, 3)
 HTP_EXTENSIONS_LIB = "libQnnHtpNetRunExtensions.so"
 HTP_CONFIG_FILE = "htp_config.json"
 HTP_CONFIG_WRAPPER = "htp_backend_extensions.json"
+
+
+# The two routes from ONNX to a context binary (manifest `route:`; docs/dlc-route.md):
+# "classic" = qnn-onnx-converter -> .cpp/.bin -> model library -> binary built on the
+# board; "dlc" = qairt-converter -> DLC -> qairt-quantizer -> binary built on the host.
+ROUTES: tuple[str, ...] = ("classic", "dlc")
+DEFAULT_ROUTE = "classic"
+
+# The DLC route's tools: what qnn-ci passes -> the flag's spellings, newest era first.
+# The first one the tool's --help lists is used; without a readable --help, the first.
+# Sources: the formats page (section 8), public scripts, QAIRT's qairt-converter help
+# (2.3x/2.4x: --source_model_input_*; earlier qairt-converter: --input_dim,
+# --input_dtype, --input_layout, --preserve_io) and its quantizer module (2.2x+:
+# --act_bitwidth ...; the short --act_bw spellings of older quantizers). Integer inputs
+# are kept unquantized with --preserve_io_datatype NAME (converter and quantizer), the
+# quantizer-era counterpart of the classic converter's --input_encoding NAME other.
+DLC_CONVERTER_FLAGS: dict[str, tuple[str, ...]] = {
+    "input_network": ("--input_network", "-i"),
+    "output_path": ("--output_path", "-o"),
+    "input_dim": ("--source_model_input_shape", "--input_dim", "-s", "-d"),
+    "input_dtype": ("--source_model_input_datatype", "--input_dtype"),
+    "input_encoding": ("--input_encoding", "--desired_input_color_encoding", "-e"),
+    "input_layout": ("--input_layout", "--source_model_input_layout"),
+    "desired_input_layout": ("--desired_input_layout",),
+    "preserve_io": ("--preserve_io", "--preserve_io_datatype"),
+    "preserve_io_datatype": ("--preserve_io_datatype",),
+    "quantization_overrides": ("--quantization_overrides",),
+    "float_bitwidth": ("--float_bitwidth", "--float_bw"),
+}
+DLC_QUANTIZER_FLAGS: dict[str, tuple[str, ...]] = {
+    "input_dlc": ("--input_dlc", "-i"),
+    "output_dlc": ("--output_dlc", "-o"),
+    "input_list": ("--input_list", "-l"),
+    "act_bitwidth": ("--act_bitwidth", "--act_bw"),
+    "weights_bitwidth": ("--weights_bitwidth", "--weight_bw", "--weights_bw"),
+    "bias_bitwidth": ("--bias_bitwidth", "--bias_bw"),
+    "float_bitwidth": ("--float_bitwidth", "--float_bw"),
+    "use_per_channel_quantization": ("--use_per_channel_quantization",),
+    "act_quantizer_calibration": ("--act_quantizer_calibration",),
+    "param_quantizer_calibration": ("--param_quantizer_calibration",),
+    "percentile_calibration_value": ("--percentile_calibration_value",),
+    "float_fallback": ("--float_fallback",),
+    "preserve_io_datatype": ("--preserve_io_datatype",),
+}
+# The manifest key each DLC-route setting comes from (for the one-line refusals).
+DLC_FLAG_KEYS: dict[str, str] = {
+    "input_network": "model", "output_path": "model", "input_dlc": "model",
+    "output_dlc": "model", "input_dim": "inputs.{name}.shape",
+    "input_dtype": "inputs.{name}.dtype", "input_encoding": "inputs.{name}.encoding",
+    "input_layout": "dlc.input_layout.{name}", "desired_input_layout": "dlc.input_layout.{name}",
+    "preserve_io": "dlc.preserve_io", "quantization_overrides": "quantization.overrides",
+    "float_bitwidth": "quantization.float_bitwidth", "input_list": "calibration",
+    "act_bitwidth": "quantization.act_bitwidth",
+    "weights_bitwidth": "quantization.weights_bitwidth",
+    "bias_bitwidth": "quantization.bias_bitwidth",
+    "use_per_channel_quantization": "quantization.per_channel",
+    "act_quantizer_calibration": "quantization.act_calibration",
+    "param_quantizer_calibration": "quantization.param_calibration",
+    "percentile_calibration_value": "quantization.percentile",
+    "float_fallback": "quantization.float_fallback",
+    "preserve_io_datatype": "inputs.{name}.dtype",
+}
+# Layouts the converters accept for an input (qairt-converter --help).
+DLC_LAYOUTS: tuple[str, ...] = ("NCDHW", "NDHWC", "NCHW", "NHWC", "NFC", "NCF", "NTF", "TNF",
+                                "NF", "NC", "F")
+
+# qairt-dlc-info's data type names -> the QNN data type family (``sFxp_8`` ->
+# SFIXED_POINT_8, ``Float_16`` -> FLOAT_16, ``uInt_8`` -> UINT_8; some builds print a
+# signed fixed point as ``Fxp_8``). Matched case-insensitively on the prefix before
+# ``_<bits>``.
+DLC_TYPE_PREFIXES: dict[str, str] = {
+    "ufxp": "UFIXED_POINT", "sfxp": "SFIXED_POINT", "fxp": "SFIXED_POINT",
+    "float": "FLOAT", "fp": "FLOAT", "int": "INT", "sint": "INT", "uint": "UINT",
+    "bool": "BOOL",
+}
+
+# The host side of the DLC route: the generic model library that loads a DLC
+# (``--model``, with ``--dlc_path``) and the HTP backend, in the SDK's host lib folder.
+DLC_MODEL_LIB = "libQnnModelDlc.so"
+HTP_BACKEND_LIB = "libQnnHtp.so"

@@ -5,7 +5,7 @@
 fresh remote run folder (``qnn_ci.boards.netrun.BoardRun``: unique, on the work
 root's tmpfs, always removed), with the board's own QNN libraries; the
 ``<name>.bin`` comes back to ``<workdir>/<name>.bin``. A failure is classified by
-``qnn_ci.boards.context_failures``.
+``qnn_ci.sdk.context_failures``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.boards.context_failures import classify_generator
 from qnn_ci.boards.netrun import BACKEND_LIBS, BoardRun, write_command_log
 from qnn_ci.boards.versions import BoardVersion, read_board_version
 from qnn_ci.engine.results import Finding, Severity
+from qnn_ci.sdk.context_failures import classify_generator
 from qnn_ci.tables import SocInfo
 from qnn_ci.transport.base import Transport
 from qnn_ci.transport.config import BoardConfig

@@ -97,24 +97,34 @@ def _perm_for(name: str, onnx: tuple[int, ...], board: list[int],
 def board_layout(net_json: Path | None, inputs: dict[str, tuple[int, ...]],
                  outputs: dict[str, tuple[int, ...] | None]) -> IoLayout:
     """Which graph inputs/outputs the board holds in another order than ONNX."""
-    layout = IoLayout()
     if net_json is None or not Path(net_json).is_file():
+        layout = IoLayout()
         layout.findings.append(Finding(
             "board.layout_unknown", "no converter _net.json: board inputs and outputs are "
             "assumed to be in ONNX order", Severity.WARNING))
         return layout
     nj = read_net_json(Path(net_json))
-    io = {t.name: t for t in nj.tensors if t.type_code in (APP_WRITE, APP_READ)}
+    io = {t.name: list(t.dims) if t.dims is not None else None
+          for t in nj.tensors if t.type_code in (APP_WRITE, APP_READ)}
+    return layout_from_dims(io, inputs, outputs, str(net_json))
+
+
+def layout_from_dims(io: dict[str, list[int] | None], inputs: dict[str, tuple[int, ...]],
+                     outputs: dict[str, tuple[int, ...] | None], source: str) -> IoLayout:
+    """``board_layout`` from the graph's I/O dims as a tool reported them (``io``: graph
+    input/output name, as the tool spells it -> its dims on the device; ``source``
+    names where they were read)."""
+    layout = IoLayout()
     for name, shape in list(inputs.items()) + list(outputs.items()):
-        tensor = io.get(name) or io.get(sanitize(name))
         if shape is None:
             continue
-        if tensor is None or tensor.dims is None:
+        dims = io.get(name, io.get(sanitize(name)))
+        if dims is None:
             layout.findings.append(Finding(
                 "board.layout_unknown", f"{name}: not found among the graph inputs/outputs "
-                f"of {net_json}; its data is passed as is", Severity.WARNING, name))
+                f"of {source}; its data is passed as is", Severity.WARNING, name))
             continue
-        perm = _perm_for(name, tuple(shape), list(tensor.dims), layout.findings)
+        perm = _perm_for(name, tuple(shape), list(dims), layout.findings)
         if perm is not None:
             layout.perms[name] = perm
     return layout

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from qnn_ci.sdk.context_failures import tool_lines
 from qnn_ci.transport.base import CommandResult
 
 # (check id, patterns, what it means for the user) — first match wins.
@@ -41,9 +42,6 @@ _CLASSES: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "the model loaded but the graph failed to execute"),
 )
 
-_ERROR_LINE = re.compile(r"\[\s*ERROR\s*\]\s*(.*)|^ERROR:?\s*(.*)")
-
-
 @dataclass(frozen=True)
 class NetRunFailure:
     """A qnn-net-run failure told apart: its check id, a one-line message, the tool's text."""
@@ -51,19 +49,6 @@ class NetRunFailure:
     check: str          # board.load_backend | board.load_model | board.execution | ...
     message: str        # one line: what failed, the tool's own words, what to do
     tool_text: str      # the tool's most relevant line(s)
-
-
-def tool_lines(result: CommandResult, limit: int = 3) -> str:
-    """The tool's own error lines (``[ ERROR ]``), else the last non-empty lines."""
-    text = f"{result.stdout}\n{result.stderr}"
-    errors = []
-    for line in text.splitlines():
-        m = _ERROR_LINE.search(line.strip())
-        if m:
-            errors.append((m[1] or m[2] or "").strip())
-    chosen = [e for e in errors if e] or [ln.strip() for ln in text.splitlines()
-                                          if ln.strip() and not ln.startswith("qnn-net-run pid:")]
-    return " | ".join(chosen[-limit:])
 
 
 def classify(result: CommandResult, *, backend: str, board: str, net_run: str,

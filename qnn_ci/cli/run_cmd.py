@@ -169,14 +169,15 @@ def run(args: argparse.Namespace) -> int:
 def _expected(o: Opened, export: str, only: set[str] | None) -> list[str]:
     """The stages of ``export`` a run with ``--stage only`` reports: the selected
     ones and what they need, in pipeline order."""
-    names = o.pipeline.stage_names(o.pipeline.exports[export])
+    spec = o.pipeline.exports[export]
+    names = o.pipeline.stage_names(spec)
     if only is None:
         return names
     want = set(only) & set(names)
     todo = list(want)
     while todo:
         stage = o.pipeline.stages.get(todo.pop())
-        for need in stage.needs if stage else ():
+        for need in stage.needs_for(spec) if stage else ():
             if need in names and need not in want:
                 want.add(need)
                 todo.append(need)

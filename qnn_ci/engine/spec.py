@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from qnn_ci.tables import DEFAULT_BITWIDTHS, DEFAULT_COSINE
+from qnn_ci.tables import DEFAULT_BITWIDTHS, DEFAULT_COSINE, DEFAULT_ROUTE
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,15 @@ class HtpConfigSpec:
 
 
 @dataclass(frozen=True)
+class DlcSpec:
+    """The manifest's ``dlc:``: what only the DLC route's converter reads (passed only
+    when given)."""
+
+    input_layout: dict[str, str] = field(default_factory=dict)   # input -> source layout
+    preserve_io: bool = False
+
+
+@dataclass(frozen=True)
 class OriginalSpec:
     """The framework export before graph surgery (manifest ``original:``)."""
 
@@ -184,6 +193,8 @@ class ExportSpec:
     latency: LatencySpec = field(default_factory=LatencySpec)
     regression: RegressionSpec = field(default_factory=RegressionSpec)
     htp_config: HtpConfigSpec = field(default_factory=HtpConfigSpec)
+    route: str = DEFAULT_ROUTE             # "classic" | "dlc" (qnn_ci.tables.ROUTES)
+    dlc: DlcSpec = field(default_factory=DlcSpec)
     raw: dict[str, Any] = field(default_factory=dict)  # the merged YAML mapping, for hashing
 
     def pinned_dims(self) -> dict[str, tuple[int, ...]]:

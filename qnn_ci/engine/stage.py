@@ -22,7 +22,8 @@ from qnn_ci.engine.spec import ExportSpec
 STAGE_ORDER: tuple[str, ...] = (
     "static_shapes", "calibration", "matches_original", "encodings", "sim_npu",
     "sim_numerics", "dry_run", "convert", "contract", "fp16_gate", "model_lib", "so_load",
-    "htp_vs_cpu", "context_binary", "context_run", "regression",
+    "htp_vs_cpu", "context_binary", "dlc_convert", "dlc_quantize", "dlc_contract",
+    "dlc_fp16_gate", "dlc_context_binary", "context_run", "regression",
 )
 
 
@@ -78,10 +79,25 @@ class Stage:
     #   (when planned; in ctx.upstream): they never block it (the regression check)
     settings: ClassVar[tuple[str, ...] | None] = None
     # ^ the ExportSpec fields the stage reads (its cache key); None: all of them
+    route: ClassVar[str | None] = None
+    # ^ the one ``ExportSpec.route`` the stage belongs to ("classic" | "dlc"); None:
+    #   shared by both routes (docs/dlc-route.md)
 
     def applies(self, export: ExportSpec) -> bool:
-        """False when the stage has nothing to do for this export (no item is made)."""
-        return True
+        """False when the stage has nothing to do for this export (no item is made):
+        a stage of the other route. An override calls this too."""
+        return self.route is None or self.route == export.route
+
+    def needs_for(self, export: ExportSpec) -> tuple[str, ...]:
+        """The upstream stages of ``export`` this stage needs: ``needs``, unless they
+        differ by export (``context_run`` reads another binary on each route). The
+        engine reads needs only through this (planning, blocked-by, cache keys)."""
+        return self.needs
+
+    def possible_needs(self) -> tuple[str, ...]:
+        """Every stage ``needs_for`` may name for some export (what a run of only
+        some stages must load before any export is known)."""
+        return self.needs
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
         """A precise reason to skip (missing SDK, board, package), else None."""

@@ -27,6 +27,7 @@ from qnn_ci.engine.spec import (
     DEFAULT_ORIGINAL_COSINE,
     CalibrationSpec,
     DiagnosisSpec,
+    DlcSpec,
     ExportSpec,
     InputSpec,
     LatencySpec,
@@ -42,7 +43,7 @@ from qnn_ci.errors import UserError
 from qnn_ci.manifest.defaults import MANIFEST_NAMES
 from qnn_ci.manifest.htp_config import parse_htp_config, unknown_key_text
 from qnn_ci.manifest.yaml_lines import KeyPath, dotted, line_of, load_yaml_with_lines
-from qnn_ci.tables import DEFAULT_COSINE, find_soc, get_soc
+from qnn_ci.tables import DEFAULT_COSINE, DEFAULT_ROUTE, find_soc, get_soc
 from qnn_ci.util.memo import Memo, code_digest, memo_key, package_sources
 
 if TYPE_CHECKING:
@@ -201,7 +202,9 @@ def _describe_schema_error(err: jsonschema.ValidationError) -> tuple[KeyPath, st
             return path, (f"export name {_short(err.instance)} may use letters, digits, '_', '.' "
                           "and '-', starting with a letter or digit")
     if err.validator == "enum":
-        return path, f"{_short(err.instance)} is not one of {err.validator_value}"
+        hint = _did_you_mean(err.instance, [str(v) for v in err.validator_value]) \
+            if isinstance(err.instance, str) else ""
+        return path, f"{_short(err.instance)} is not one of {err.validator_value}{hint}"
     if err.validator == "oneOf" and path and path[-1] == "from":
         return path, "expected an export name or {export: NAME, outputs: {upstream: input}}"
     message = str(err.message)
@@ -574,6 +577,7 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
     regression = RegressionSpec(tolerances={str(k): float(v) for k, v in
                                             (rg.get("tolerances") or {}).items()},
                                 enabled=rg.get("enabled", True))
+    dlc = _dlc(ctx, kp, raw.get("dlc") or {}, list(inputs), model)
     return ExportSpec(
         name=name, model=model, manifest=ctx.path,
         line=line_of(ctx.lines, kp) or 1, inputs=inputs, opset=raw.get("opset"),
@@ -581,7 +585,21 @@ def _build_export(ctx: _Ctx, idx: int, raw: dict[str, Any]) -> ExportSpec:
         thresholds=Thresholds(default=default, per_output=per_output),
         board=raw.get("board"), native_outputs=bool(raw.get("native_outputs", False)),
         sdk=sdk, sim=sim, diagnosis=diagnosis, original=original, latency=latency,
-        regression=regression, htp_config=htp_config, raw=raw)
+        regression=regression, htp_config=htp_config,
+        route=raw.get("route", DEFAULT_ROUTE), dlc=dlc, raw=raw)
+
+
+def _dlc(ctx: _Ctx, kp: KeyPath, value: dict[str, Any], inputs: list[str],
+         model: Path) -> DlcSpec:
+    """``dlc:``: every input it names must be one of the model's."""
+    layouts = dict(value.get("input_layout") or {})
+    for name in layouts:
+        if name not in inputs:
+            hint = _did_you_mean(name, inputs)
+            raise ctx.error((*kp, "dlc", "input_layout", name),
+                            f"model {_show(model.name)} has no input {name!r}{hint}; its "
+                            f"inputs: {_names(inputs)}")
+    return DlcSpec(input_layout=layouts, preserve_io=bool(value.get("preserve_io", False)))
 
 
 def _original(ctx: _Ctx, kp: KeyPath, value: Any) -> OriginalSpec | None:

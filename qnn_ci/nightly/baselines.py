@@ -43,6 +43,7 @@ COMPARISONS: dict[str, tuple[str, ...]] = {
     "cpu_vs_fp32": ("cosine",),
     "htp_vs_fp32": ("cosine",),
     "context_vs_cpu": ("cosine", "snr", "max_abs"),    # context_run
+    "context_vs_fp32": ("cosine", "snr", "max_abs"),   # context_run, route: dlc
 }
 LATENCY = ("latency.median_ms", "latency.p90_ms")      # htp_vs_cpu (qnn_ci.boards.latency)
 # context_run's latency and load time, under the names its baseline keeps them
@@ -283,7 +284,7 @@ def measured(results: Mapping[str, StageResult], board: str | None
             scopes[board_scope(name)] = on_board
     if (ctx := ran("context_run")) is not None:
         name = str(ctx.properties.get("board") or board or "board")
-        on_board = _comparisons(ctx.properties, ("context_vs_cpu",))
+        on_board = _comparisons(ctx.properties, ("context_vs_cpu", "context_vs_fp32"))
         for key, kept in CONTEXT_LATENCY.items():
             if (v := _number(ctx.properties.get(key))) is not None:
                 on_board[kept] = v

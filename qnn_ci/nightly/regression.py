@@ -38,7 +38,8 @@ RULES: dict[str, Rule] = {
 }
 _TITLES = {"htp_vs_cpu": "HTP vs CPU ", "cpu_vs_fp32": "CPU vs fp32 ",
            "htp_vs_fp32": "HTP vs fp32 ", "sim_vs_fp32": "",
-           "context_vs_cpu": "context binary vs CPU "}
+           "context_vs_cpu": "context binary vs CPU ",
+           "context_vs_fp32": "context binary vs fp32 "}
 
 
 def kind(metric: str) -> str:

@@ -1,4 +1,6 @@
-"""Tell ``qnn-context-binary-generator`` failures apart (formats page, sections 4 and 8).
+"""Tell ``qnn-context-binary-generator`` failures apart (formats page, sections 4 and 8),
+wherever it ran: on a board (the classic route's ``context_binary``) or on the host
+(the DLC route's ``dlc_context_binary``).
 
 Each class is one line that says what failed, in the tool's own words where it
 gave any, and what to do:
@@ -24,7 +26,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from qnn_ci.boards.netrun_failures import tool_lines
 from qnn_ci.engine.results import Finding, Severity
 from qnn_ci.tables import SocInfo
 from qnn_ci.transport.base import CommandResult
@@ -43,6 +44,21 @@ _OP_NAME = re.compile(
 _NOT_NAMES = {"validator", "config", "configs", "package", "failed", "validation", "type"}
 _SERIALIZE = re.compile(r"Failed to get serialized binary|\b0x7532\b")
 _DROPPED = "[qnn-ci] connection to board"
+_ERROR_LINE = re.compile(r"\[\s*ERROR\s*\]\s*(.*)|^ERROR:?\s*(.*)")
+HOST = "the host"
+
+
+def tool_lines(result: CommandResult, limit: int = 3) -> str:
+    """A QNN tool's own error lines (``[ ERROR ]``), else its last non-empty lines."""
+    text = f"{result.stdout}\n{result.stderr}"
+    errors = []
+    for line in text.splitlines():
+        m = _ERROR_LINE.search(line.strip())
+        if m:
+            errors.append((m[1] or m[2] or "").strip())
+    chosen = [e for e in errors if e] or [ln.strip() for ln in text.splitlines()
+                                          if ln.strip() and not ln.startswith("qnn-net-run pid:")]
+    return " | ".join(chosen[-limit:])
 
 
 def _names(names: Sequence[str], limit: int = 5) -> str:
@@ -78,29 +94,36 @@ def _op_name(text: str) -> str | None:
     return None
 
 
-def classify_generator(result: CommandResult, *, board: str, generator: str,
+def classify_generator(result: CommandResult, *, board: str | None, generator: str,
                        soc: SocInfo | None, fp16_tensors: Sequence[str],
-                       vtcm_mb: int | None, timeout: float) -> Finding | None:
+                       vtcm_mb: int | None, timeout: float,
+                       fp16_source: str = "the converter's output") -> Finding | None:
     """None when the generator succeeded (exit 0, in time); else the one finding.
-    ``soc``: the board's (or target's) SoC; ``fp16_tensors``: the converter output's
-    FP16 tensors; ``vtcm_mb``: what the HTP config asked for (None: not set)."""
-    label = f"qnn-context-binary-generator on board {board}"
+    ``board``: where it ran (None: on the host); ``soc``: the SoC it built for;
+    ``fp16_tensors``: the FP16 tensors of what it was given (the converter's output or
+    the DLC, named by ``fp16_source``); ``vtcm_mb``: what the HTP config asked for
+    (None: not set)."""
+    where = f"board {board}" if board is not None else HOST
+    label = f"qnn-context-binary-generator on {where}"
+    subject = board if board is not None else "host"
     said = tool_lines(result)
     if result.timed_out:
+        raise_it = "the board's timeout" if board is not None else "sdk.timeout"
         return Finding("context.timeout", f"{label} did not finish within {timeout:g} s and "
-                       "was killed; a large graph at O=3 prepares slowly: raise the board's "
-                       "timeout or try htp_config.O: 1", subject=board)
+                       f"was killed; a large graph at O=3 prepares slowly: raise {raise_it} "
+                       "or try htp_config.O: 1", subject=subject)
     if result.exit_code == 0:
         return None
     text = f"{result.stdout}\n{result.stderr}"
     started = "pid:" in result.stdout or "[" in text
     if not started and (result.exit_code in (126, 127) or re.search(
             r"not found|No such file or directory|Permission denied", result.stderr)):
+        todo = ("install the QNN tools on the board or put qnn-context-binary-generator "
+                "beside the board's net_run" if board is not None else
+                "check the SDK's bin/x86_64-linux-clang (sdk.root / QNN_SDK_ROOT)")
         return Finding("context.generator_missing",
                        f"{label}: {generator} could not be started ({said or 'exit 127'}); "
-                       "install the QNN tools on the board or put "
-                       "qnn-context-binary-generator beside the board's net_run",
-                       subject=board)
+                       f"{todo}", subject=subject)
     if killed_by_abort(result):
         how = ("aborted (SIGABRT, exit 134)" if result.exit_code == SIGABRT_STATUS
                else "was killed by a signal (SIGABRT: exit 134 through a shell)")
@@ -109,16 +132,16 @@ def classify_generator(result: CommandResult, *, board: str, generator: str,
             if fp16_tensors:
                 return Finding(
                     "context.fp16_abort",
-                    f"FP16 op on {soc.arch_name}: {label} {how}; {where} and the "
-                    f"converter's output has {len(fp16_tensors)} FP16 tensor(s): "
+                    f"FP16 op on {soc.arch_name}: {label} {how}; {where} and "
+                    f"{fp16_source} has {len(fp16_tensors)} FP16 tensor(s): "
                     f"{_names(fp16_tensors)}; quantize them (no float_fallback, "
-                    "W8A16) or target an SoC with FP16", subject=board)
-            return Finding("context.abort", f"{label} {how} on {where}, but the converter's "
-                           f"output has no FP16 tensor{': ' + said if said else ''}; keep "
-                           "the log (artefact log) and rerun with --log_level verbose",
-                           subject=board)
+                    "W8A16) or target an SoC with FP16", subject=subject)
+            return Finding("context.abort", f"{label} {how} on {where}, but {fp16_source} has "
+                           f"no FP16 tensor{': ' + said if said else ''}; keep the log "
+                           "(artefact log) and rerun with --log_level verbose",
+                           subject=subject)
         return Finding("context.abort", f"{label} {how}{': ' + said if said else ''}",
-                       subject=board)
+                       subject=subject)
     tcm = _TCM.search(text)
     if tcm:
         need, have = _bytes(tcm.group(1)), _bytes(tcm.group(2))
@@ -130,23 +153,23 @@ def classify_generator(result: CommandResult, *, board: str, generator: str,
                        f"{label}: the graph needs {_mib(need)} of VTCM, more than the "
                        f"{_mib(have)} allowed ({asked}{room}); raise htp_config.vtcm_mb "
                        "(at most the SoC's VTCM) or make the graph's working set smaller "
-                       "(smaller input tiles)", subject=board)
+                       "(smaller input tiles)", subject=subject)
     if _SERIALIZE.search(text):
         return Finding("context.serialize", f"{label} could not serialize the context "
                        f"({said}); seen with FP16 ops on HTPs that refuse them: quantize the "
-                       "FP16 tensors (fp16_gate lists them)", subject=board)
+                       "FP16 tensors (the FP16 gate lists them)", subject=subject)
     if _OP_REFUSED.search(text):
         op = _op_name(text)
         what = f"op {op}" if op else "an op"
         return Finding("context.op_refused", f"{label}: the HTP refused {what} (error "
                        f"3110: {said}); change that op's quantization (e.g. 8-bit weights, "
-                       "16-bit activations) or replace it in the model", subject=board)
+                       "16-bit activations) or replace it in the model", subject=subject)
     fin = _FINALIZE.search(text)
     if fin:
         code = fin.group(1) if fin.lastindex else None
         return Finding("context.finalize", f"{label}: graph finalize failed"
                        f"{f' (err {code})' if code else ''}: {said}; try htp_config.O: 1 or "
-                       "a smaller htp_config.vtcm_mb, and keep the log", subject=board)
+                       "a smaller htp_config.vtcm_mb, and keep the log", subject=subject)
     return Finding("context.generator_failed", f"{label} exited with status "
                    f"{result.exit_code}{': ' + said if said else ''}", Severity.ERROR,
-                   subject=board)
+                   subject=subject)

@@ -99,27 +99,28 @@ def _op_type_of(model: Path, node_name: str) -> str | None:
     return None
 
 
-def explain_failure(run: ToolRun, model: Path | None = None) -> tuple[str, str | None, str | None]:
-    """(message, node, op) for a failed converter run."""
+def explain_failure(run: ToolRun, model: Path | None = None, *,
+                    tool: str = "qnn-onnx-converter") -> tuple[str, str | None, str | None]:
+    """(message, node, op) for a failed converter run (``tool``: which converter)."""
     if run.timed_out:
-        return f"qnn-onnx-converter timed out\n{run.describe()}", None, None
+        return f"{tool} timed out\n{run.describe()}", None, None
     match = _NO_TRANSLATION_RE.search(run.output)
     if match:
         node, op = match.group("node").strip().strip("'\""), match.group("op")
         real_op = _op_type_of(model, node) if model is not None else None
         shown = real_op or op
-        return (f"node {node!r}: op {shown} is not supported by qnn-onnx-converter "
+        return (f"node {node!r}: op {shown} is not supported by {tool} "
                 f"(No translation registered for op type onnx_{op}, exit {run.exit_code}); "
                 f"replace the op in the graph before export", node, shown)
     bare = _NO_TRANSLATION_BARE_RE.search(run.output)
     if bare:
-        return (f"op {bare.group(1)} is not supported by qnn-onnx-converter "
+        return (f"op {bare.group(1)} is not supported by {tool} "
                 f"(exit {run.exit_code})\n{run.describe()}", None, bare.group(1))
     enc = _ENCOUNTERED_RE.search(run.output)
     if enc:
-        return (f"qnn-onnx-converter failed: {enc.group('text')} (exit {run.exit_code}, "
+        return (f"{tool} failed: {enc.group('text')} (exit {run.exit_code}, "
                 f"log {run.log_path})", None, None)
-    return f"qnn-onnx-converter failed\n{run.describe()}", None, None
+    return f"{tool} failed\n{run.describe()}", None, None
 
 
 def _resolve_source(written: Path, outcome: ConvertOutcome) -> Path | None:

@@ -80,23 +80,31 @@ def parse_help_flags(text: str) -> set[str]:
     return flags
 
 
-def _cache_key(sdk: Sdk) -> str:
-    tool = sdk.tool(CONVERTER)
+def _cache_key(sdk: Sdk, tool: str = CONVERTER) -> str:
+    path = sdk.tool(tool)
     try:
-        st = tool.stat()
+        st = path.stat()
         stamp = f"{st.st_size}:{st.st_mtime_ns}"
     except OSError:
         stamp = "missing"
-    return f"{sdk.root}|{sdk.version or '?'}|{stamp}"
+    base = f"{sdk.root}|{sdk.version or '?'}|{stamp}"
+    return base if tool == CONVERTER else f"{tool}|{base}"
 
 
 def probe_converter(sdk: Sdk, cache_dir: Path, *, timeout: float = 300.0) -> ConverterHelp:
-    """``qnn-onnx-converter --help`` -> the flags it accepts, once per SDK.
+    """``qnn-onnx-converter --help`` -> the flags it accepts, once per SDK (``probe_help``)."""
+    return probe_help(sdk, CONVERTER, cache_dir, timeout=timeout, required="--input_network")
+
+
+def probe_help(sdk: Sdk, tool: str, cache_dir: Path, *, timeout: float = 300.0,
+               required: str) -> ConverterHelp:
+    """``<tool> --help`` -> the flags it accepts, once per SDK and tool.
 
     Cached in memory and as JSON under ``cache_dir`` (keyed by SDK root, version
-    and the tool file's size and mtime). ToolError when ``--help`` fails.
+    and the tool file's size and mtime). ToolError when ``--help`` fails or does not
+    list ``required`` (then it is not that tool's help).
     """
-    key = _cache_key(sdk)
+    key = _cache_key(sdk, tool)
     if key in _MEMORY_CACHE:
         return _MEMORY_CACHE[key]
     if key in _FAILED_PROBES:
@@ -104,8 +112,9 @@ def probe_converter(sdk: Sdk, cache_dir: Path, *, timeout: float = 300.0) -> Con
         # converter stage asks twice); the next run retries.
         raise _FAILED_PROBES[key]
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    prefix = "converter" if tool == CONVERTER else tool
     cache_dir = Path(cache_dir).resolve()
-    cache_file = cache_dir / f"converter-help-{digest}.json"
+    cache_file = cache_dir / f"{prefix}-help-{digest}.json"
     try:
         data = json.loads(cache_file.read_text(encoding="utf-8"))
         if data.get("key") == key:
@@ -114,11 +123,11 @@ def probe_converter(sdk: Sdk, cache_dir: Path, *, timeout: float = 300.0) -> Con
             return found
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    run = run_tool([str(sdk.tool(CONVERTER)), "--help"], sdk=sdk, workdir=cache_dir,
-                   log_name=f"converter-help-{digest}", timeout=timeout)
+    run = run_tool([str(sdk.tool(tool)), "--help"], sdk=sdk, workdir=cache_dir,
+                   log_name=f"{prefix}-help-{digest}", timeout=timeout)
     flags = parse_help_flags(run.output)
-    if run.exit_code != 0 or "--input_network" not in flags:
-        error = ToolRunError(f"could not read the flags of {CONVERTER} --help "
+    if run.exit_code != 0 or required not in flags:
+        error = ToolRunError(f"could not read the flags of {tool} --help "
                              f"({sdk.describe()}):\n{run.describe()}", run)
         _FAILED_PROBES[key] = error
         raise error
@@ -143,7 +152,7 @@ def clear_memory_cache() -> None:
 
 
 @dataclass(frozen=True)
-class _Input:
+class CommandInput:
     """One input of a converter command line: its name, dims, dtype and input encoding."""
 
     name: str
@@ -168,19 +177,22 @@ def _static(shape: Any) -> tuple[int, ...] | None:
     return dims if dims and all(d > 0 for d in dims) else None
 
 
-def _inputs(export: ExportSpec, graph_inputs: Sequence[Mapping[str, Any]] | None) -> list[_Input]:
-    out: list[_Input] = []
+def command_inputs(export: ExportSpec, graph_inputs: Sequence[Mapping[str, Any]] | None
+                   ) -> list[CommandInput]:
+    """The pinned model's inputs (``graph_inputs``, from static_shapes) with what the
+    manifest says of them; manifest inputs the model list lacks come last."""
+    out: list[CommandInput] = []
     seen: set[str] = set()
     for gi in graph_inputs or ():
         name = str(gi["name"])
         spec = export.inputs.get(name)
         dims = _static(gi.get("shape")) or (spec.shape if spec else None)
         dtype = (spec.dtype if spec and spec.dtype else None) or gi.get("dtype")
-        out.append(_Input(name, dims, dtype, spec.encoding if spec else None))
+        out.append(CommandInput(name, dims, dtype, spec.encoding if spec else None))
         seen.add(name)
     for name, spec in export.inputs.items():
         if name not in seen:
-            out.append(_Input(name, spec.shape, spec.dtype, spec.encoding))
+            out.append(CommandInput(name, spec.shape, spec.dtype, spec.encoding))
     return out
 
 
@@ -244,7 +256,7 @@ def build_convert_argv(export: ExportSpec, model: Path, input_list: Path | None,
         check_float_fallback(export)
     argv = [str(tool), f.get("--input_network", "-i", key="model"),
             str(Path(model).resolve())]
-    inputs = _inputs(export, graph_inputs)
+    inputs = command_inputs(export, graph_inputs)
     for inp in inputs:
         if inp.dims is None:
             log.warning("%s: input %s has no static shape to pass with --input_dim",

@@ -36,6 +36,12 @@ HOST_TOOLS_DIR = Path("bin") / "x86_64-linux-clang"
 ENVSETUP = Path("bin") / "envsetup.sh"
 CONVERTER = "qnn-onnx-converter"
 LIB_GENERATOR = "qnn-model-lib-generator"
+# The DLC route's host tools (docs/dlc-route.md).
+DLC_CONVERTER = "qairt-converter"
+DLC_QUANTIZER = "qairt-quantizer"
+DLC_INFO = "qairt-dlc-info"
+CONTEXT_GENERATOR = "qnn-context-binary-generator"
+HOST_LIB_DIR = Path("lib") / "x86_64-linux-clang"
 
 _VERSION_RE = re.compile(r"(?<![\d.])v?(\d+\.\d+\.\d+)(?:\.\d+)?(?![\d])")
 
@@ -61,6 +67,10 @@ class Sdk:
 
     def tool(self, name: str) -> Path:
         return self.tools_dir / name
+
+    def host_lib(self, name: str) -> Path:
+        """A library of the SDK's host folder (``lib/x86_64-linux-clang/<name>``)."""
+        return self.root / HOST_LIB_DIR / name
 
     def describe(self) -> str:
         return f"QAIRT SDK {self.version or '(version unknown)'} at {self.root}"

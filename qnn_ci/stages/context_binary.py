@@ -41,15 +41,16 @@ class ContextBinaryStage(board_common.BoardStage):
     needs = ("model_lib", "convert")
     gates = ("fp16_gate",)          # an FP16 graph on v68 aborts: the gate already says why
     settings = ("board", "target", "htp_config")
+    route = "classic"
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         found = board_common.fingerprint(ctx)
         if not found:
             return found
         library = ctx.upstream["model_lib"].artefacts.get("library")
-        found["library_sha256"] = _sha256(Path(library)) if library else None
+        found["library_sha256"] = sha256_of(Path(library)) if library else None
         found["board_qnn_version"] = board_common.live_board_version(ctx)
-        found["host_utility"] = _utility_stamp(ctx)     # what reads the binary back
+        found["host_utility"] = utility_stamp(ctx)     # what reads the binary back
         return found
 
     def run(self, ctx: StageContext) -> StageResult:
@@ -94,13 +95,13 @@ class ContextBinaryStage(board_common.BoardStage):
                 report.write_text(json.dumps(info.to_dict(), indent=2, default=str),
                                   encoding="utf-8")
                 artefacts["context_info"] = str(report)
-                properties |= _info_properties(info)
+                properties |= info_properties(info)
                 data["context_info"] = info.to_dict()
-            data |= {"binary": str(built.binary), "binary_sha256": _sha256(built.binary),
+            data |= {"binary": str(built.binary), "binary_sha256": sha256_of(built.binary),
                      "binary_bytes": built.binary.stat().st_size}
             summary = board_common.first_error(findings) or (
                 f"{built.binary.name} built on board {board.name} (QNN {version or 'unknown'}"
-                f") in {built.duration_s:.1f} s: {_describe(data.get('context_info'))}")
+                f") in {built.duration_s:.1f} s: {describe_info(data.get('context_info'))}")
         if config is not None and (ctx.workdir / "htp_config").is_dir():
             artefacts["htp_config"] = str(ctx.workdir / "htp_config")
         return board_common.finish(StageResult(
@@ -161,7 +162,7 @@ def _read_binary(ctx: StageContext, binary: Path, soc: SocInfo | None,
     return info, found
 
 
-def _utility_stamp(ctx: StageContext) -> str | None:
+def utility_stamp(ctx: StageContext) -> str | None:
     """The host SDK's qnn-context-binary-utility (path, size, mtime), or None."""
     from qnn_ci.sdk.context_info import context_utility
     from qnn_ci.sdk.locate import sdk_root_for
@@ -173,7 +174,7 @@ def _utility_stamp(ctx: StageContext) -> str | None:
     return f"{tool}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def _info_properties(info: Any) -> dict[str, Any]:
+def info_properties(info: Any) -> dict[str, Any]:
     return {"context.soc": info.soc or "", "context.htp_arch": info.htp_arch or "",
             "context.vtcm_bytes": info.vtcm_bytes or "",
             "context.qnn_version": info.qnn_version or "",
@@ -181,7 +182,7 @@ def _info_properties(info: Any) -> dict[str, Any]:
             "context.graphs": ", ".join(g.name for g in info.graphs)}
 
 
-def _describe(info: dict[str, Any] | None) -> str:
+def describe_info(info: dict[str, Any] | None) -> str:
     if not info:
         return "its metadata could not be read"
     arch = f"v{info['htp_arch']}" if info.get("htp_arch") else "arch unknown"
@@ -192,7 +193,7 @@ def _describe(info: dict[str, Any] | None) -> str:
             + (f", {size / (1 << 20):.2f} MiB" if size else ""))
 
 
-def _sha256(path: Path) -> str | None:
+def sha256_of(path: Path) -> str | None:
     try:
         h = hashlib.sha256()
         with path.open("rb") as fh:

@@ -1,6 +1,8 @@
 """Stage `context_run`: run the context binary the board built (``context_binary``)
 the way an application loads it — ``qnn-net-run --retrieve_context <bin> --backend
 libQnnHtp.so [--config_file …]`` — on the same inputs as ``htp_vs_cpu``, and judge it.
+On the DLC route (``route: dlc``) the binary is the one built on the host
+(``dlc_context_binary``) and the reference is fp32 onnxruntime: ``context_run_dlc``.
 
 The CPU backend cannot make context binaries, so the reference stays the CPU run of
 the ``.so`` (``htp_vs_cpu``'s outputs): the context-binary run is held to the
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.engine.results import Finding, Severity, StageResult
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.spec import ExportSpec, Thresholds
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import ToolError
 from qnn_ci.stages import board_common
@@ -32,9 +34,21 @@ AGREE_COSINE = 0.9999       # the binary and the .so on the same HTP: the same g
 class ContextRunStage(board_common.BoardStage):
     name = "context_run"
     needs = ("context_binary", "htp_vs_cpu", "calibration", "static_shapes", "convert")
+    # route: dlc -- the host-built binary, the DLC's I/O dims and types (qairt-dlc-info)
+    dlc_needs = ("dlc_context_binary", "calibration", "static_shapes", "dlc_quantize")
     settings = ("board", "thresholds", "target", "native_outputs", "latency", "htp_config")
 
+    def needs_for(self, export: ExportSpec) -> tuple[str, ...]:
+        return self.dlc_needs if export.route == "dlc" else self.needs
+
+    def possible_needs(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*self.needs, *self.dlc_needs)))
+
     def run(self, ctx: StageContext) -> StageResult:
+        if ctx.export.route == "dlc":
+            from qnn_ci.stages.context_run_dlc import run_dlc
+
+            return run_dlc(self.name, ctx)
         from qnn_ci.boards.latency import init_ms
         from qnn_ci.boards.latency_run import request_for
         from qnn_ci.boards.layout import board_layout, outputs_to_onnx_order

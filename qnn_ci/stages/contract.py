@@ -224,6 +224,7 @@ class ContractStage(Stage):
     settings = ("inputs", "model", "quantization", "target")
     needs = ("convert", "calibration")
     marker = "qnn_sdk"
+    route = "classic"
 
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.sdk.record import ARGS_OF_INTEREST, read_record

@@ -22,6 +22,7 @@ class Fp16GateStage(Stage):
     settings = ("target",)
     needs = ("convert",)
     marker = "qnn_sdk"
+    route = "classic"
 
     def run(self, ctx: StageContext) -> StageResult:
         # the generated-source and _net.json readers: only when the stage runs

@@ -53,6 +53,7 @@ class HtpVsCpuStage(board_common.BoardStage):
     needs = ("so_load", "calibration", "static_shapes", "convert")
     settings = ("board", "thresholds", "target", "native_outputs", "diagnosis", "latency",
                 "htp_config")
+    route = "classic"
 
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.boards.latency_run import request_for

@@ -34,6 +34,7 @@ class ModelLibStage(Stage):
     settings = ("board", "target", "sdk")
     needs = ("convert",)
     marker = "qnn_sdk"
+    route = "classic"
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
         # Skip only when no SDK (or, for a Linux cross target, no eSDK) is configured.

@@ -8,7 +8,9 @@ imports a stage module itself.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 
+from qnn_ci.engine.spec import ExportSpec
 from qnn_ci.engine.stage import STAGE_ORDER, Stage
 
 
@@ -32,10 +34,13 @@ def load_stages(names: tuple[str, ...] = STAGE_ORDER) -> dict[str, Stage]:
     return stages
 
 
-def load_stages_for(selected: set[str]) -> dict[str, Stage]:
+def load_stages_for(selected: set[str], exports: Iterable[ExportSpec] | None = None
+                    ) -> dict[str, Stage]:
     """The stages a run of only ``selected`` needs: those, and what they need (of their
     own export and of peers), transitively; in pipeline order. Other stage modules
-    are not imported."""
+    are not imported. A stage's needs may differ by export (``Stage.needs_for``):
+    those of ``exports`` are followed, else every need it may have."""
+    exports = list(exports) if exports is not None else None
     want = set(selected) & set(STAGE_ORDER)
     loaded: dict[str, Stage] = {}
     tried: set[str] = set()
@@ -43,7 +48,8 @@ def load_stages_for(selected: set[str]) -> dict[str, Stage]:
         tried.update(todo)
         for name, stage in load_stages(todo).items():
             loaded[name] = stage
-            want.update(n for n in (*stage.needs, *stage.peer_needs, *stage.gates,
-                                    *stage.reads)
+            needs = stage.possible_needs() if exports is None else tuple(
+                n for e in exports for n in stage.needs_for(e))
+            want.update(n for n in (*needs, *stage.peer_needs, *stage.gates, *stage.reads)
                         if n in STAGE_ORDER)
     return {n: loaded[n] for n in STAGE_ORDER if n in loaded}

@@ -92,6 +92,7 @@ class ConverterStage(Stage):
     """Base of the stages that run qnn-onnx-converter (dry_run, convert)."""
 
     marker = "qnn_sdk"
+    route = "classic"
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
         # Skip only when no SDK is configured; a wrong one is an ERROR (find_sdk).

@@ -25,6 +25,7 @@ class SoLoadStage(board_common.BoardStage):
     name = "so_load"
     needs = ("model_lib", "calibration", "convert")
     settings = ("board", "target", "native_outputs", "htp_config")
+    route = "classic"
 
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.boards.netrun import run_on_board  # numpy: only when it runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from qnn_ci.boards.context_failures import classify_generator, killed_by_abort
+from qnn_ci.sdk.context_failures import classify_generator, killed_by_abort
 from qnn_ci.tables import get_soc
 from qnn_ci.transport.base import CommandResult
 
