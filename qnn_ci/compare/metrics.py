@@ -1,10 +1,13 @@
 """Streaming comparison metrics of a test output against a reference output.
 
 Both inputs are equally long 1-D views (typically read-only ``np.memmap``s of
-``.raw`` files). They are read in chunks of ``chunk`` elements, each chunk is
-cast to float64 and folded into float64 accumulators, so memory stays bounded
-by a few chunk buffers whatever the file size. Pages of a memory-mapped input
-are dropped from the process's resident set once their chunk is done.
+``.raw`` files), read once, in order, in steps of ``chunk`` elements. Pages of
+a memory-mapped input are dropped from the process's resident set once their
+step is done, and, with a core to spare, the next step is mapped while this one
+is folded (``qnn_ci.compare.pages``): memory stays a few steps of each file
+whatever its size. Each step is folded block by block into float64 sums
+(``qnn_ci.compare.fold``): large float32 outputs in cache-sized float32 blocks
+with BLAS dots, everything else exactly in float64.
 
 Definitions (``r`` reference, ``t`` test, ``e = t - r``, over the positions
 where both are finite):
@@ -22,23 +25,24 @@ test's peak) makes cosine, SNR and PSNR measure noise: they are reported as
 
 from __future__ import annotations
 
-import logging
+import itertools
 import math
-import mmap
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from qnn_ci.compare.fold import F32, Folder
+from qnn_ci.compare.pages import Pager
 from qnn_ci.compare.resolution import near_zero_reason
 
-log = logging.getLogger(__name__)
-
-# Elements per chunk: 32 MiB per float64 buffer. Three buffers and a chunk of each
-# file stay well inside 300 MiB for any file size (8 Mi elements took ~290 MiB) and
-# run as fast: the passes are memory-bound either way.
+# Elements per step: 16 MiB of a float32 file. Pages are mapped ahead and dropped behind
+# a step at a time; the folding works on far smaller blocks.
 DEFAULT_CHUNK = 4 * 1024 * 1024
+# Float32 outputs from this many elements on take the float32 pass; below it the exact
+# float64 pass costs a few milliseconds at most.
+FLOAT32_FROM = 4 * 1024 * 1024
 SAMPLE_TARGET = 1 << 20                # |err| values kept for quantiles and the histogram
 HIST_DECADES = 8                       # decades shown below the largest error's decade
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
@@ -109,86 +113,60 @@ def _flat(a: Any) -> np.ndarray:
     return arr if arr.ndim == 1 else arr.reshape(-1)
 
 
-class _PageReleaser:
-    """Drops already-read pages of a read-only ``np.memmap`` from the resident set
-    (``MADV_DONTNEED``; the page cache keeps them, nothing is lost)."""
-
-    def __init__(self, arr: np.ndarray) -> None:
-        self._arr = arr
-        self._mm: mmap.mmap | None = None
-        self._base = 0
-        mm = getattr(arr, "_mmap", None)
-        if (isinstance(mm, mmap.mmap) and hasattr(mm, "madvise") and arr.ndim == 1
-                and arr.flags.c_contiguous and hasattr(mmap, "MADV_DONTNEED")):
-            try:
-                self._base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
-                self._mm = mm
-            except (TypeError, ValueError):  # closed or not exportable: just don't release
-                self._mm = None
-
-    def release(self, start: int, stop: int) -> None:
-        if self._mm is None:
-            return
-        size = self._arr.itemsize
-        lo = self._arr.ctypes.data - self._base + start * size
-        hi = self._arr.ctypes.data - self._base + stop * size
-        lo -= lo % mmap.PAGESIZE
-        hi -= hi % mmap.PAGESIZE
-        if hi > lo:
-            try:
-                self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-            except (OSError, ValueError) as exc:  # pragma: no cover - platform specific
-                log.debug("madvise failed (%s); pages stay resident", exc)
-                self._mm = None
-
-
 def iter_chunks(arrays: Sequence[Any], *, chunk: int = DEFAULT_CHUNK,
-                release_pages: bool = True) -> Iterator[tuple[int, list[np.ndarray]]]:
-    """Yield ``(start, [chunk of each array])`` over equally long 1-D arrays."""
+                release_pages: bool = True,
+                pager_thread: bool | None = None) -> Iterator[tuple[int, list[np.ndarray]]]:
+    """Yield ``(start, [chunk of each array])`` over equally long 1-D arrays.
+    ``release_pages``: drop the pages of memory-mapped arrays once their chunk is
+    done (and, on the pager's thread, map the next chunk ahead:
+    ``qnn_ci.compare.pages``); ``pager_thread`` None: when there is a core to
+    spare and more than one chunk."""
     flats = [_flat(a) for a in arrays]
     n = len(flats[0])
     if any(len(f) != n for f in flats):
         raise ValueError(f"arrays differ in length: {[len(f) for f in flats]}")
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
-    releasers = [_PageReleaser(f) for f in flats] if release_pages else []
-    for start in range(0, n, chunk):
-        stop = min(n, start + chunk)
-        yield start, [f[start:stop] for f in flats]
-        for r in releasers:
-            r.release(start, stop)
+    # Plain views: slicing an np.memmap runs Python code (__array_finalize__) per slice.
+    plain = [f.view(np.ndarray) for f in flats]
+    pager = None
+    if release_pages:
+        pager = Pager(flats, threaded=False if n <= chunk else pager_thread)
+    try:
+        if pager is not None:
+            pager.ahead(0, min(n, chunk))
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            if pager is not None and stop < n:
+                pager.ahead(stop, min(n, stop + chunk))
+            yield start, [f[start:stop] for f in plain]
+            if pager is not None:
+                pager.behind(start, stop)
+    finally:
+        if pager is not None:
+            pager.close()
 
 
 class MetricsAccumulator:
     """Fold chunks of (reference, test) in order; ``result()`` gives the metrics.
 
     ``total`` is the full length, needed up front to choose the sample stride so
-    that the |err| sample is the same whatever the chunk size. ``resolution``:
-    the output's quantization step when known (for the near-zero rule).
+    that the |err| sample is the same whatever the chunk size, and the pass:
+    outputs of at least ``float32_from`` elements whose reference and test are
+    both float32 are folded in float32 blocks with BLAS dots, every other chunk
+    exactly in float64 (``qnn_ci.compare.fold``). ``resolution``: the output's
+    quantization step when known (for the near-zero rule).
     """
 
     def __init__(self, total: int, *, sample_target: int = SAMPLE_TARGET,
-                 resolution: float | None = None) -> None:
+                 resolution: float | None = None, float32_from: int = FLOAT32_FROM) -> None:
         self.total = total
         self.resolution = resolution
         self._dtypes: set[np.dtype] = set()
         self._stride = max(1, -(-total // max(1, sample_target)))
+        self._fold = Folder(self._stride)
+        self._float32 = total >= float32_from
         self._pos = 0
-        self._finite = 0
-        self._rr = self._tt = self._rt = self._ee = self._sum_abs = 0.0
-        self._max_abs = 0.0
-        self._peak = 0.0
-        self._tpeak = 0.0
-        self._ref_nan = self._ref_inf = self._test_nan = self._test_inf = 0
-        self._mismatch = 0
-        self._samples: list[np.ndarray] = []
-        self._bufs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
-    def _buffers(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self._bufs is None or len(self._bufs[0]) < n:
-            self._bufs = (np.empty(n), np.empty(n), np.empty(n))
-        r, t, e = self._bufs
-        return r[:n], t[:n], e[:n]
 
     def update(self, ref: Any, test: Any) -> None:
         ref, test = _flat(ref), _flat(test)
@@ -198,101 +176,67 @@ class MetricsAccumulator:
         if n == 0:
             return
         self._dtypes.update((ref.dtype, test.dtype))
-        r, t, e = self._buffers(n)
-        np.copyto(r, ref, casting="unsafe")
-        np.copyto(t, test, casting="unsafe")
-        first = (-self._pos) % self._stride
+        if self._float32 and ref.dtype == F32 and test.dtype == F32:
+            self._fold.float32(ref, test, self._pos)
+        else:
+            self._fold.exact(ref, test, self._pos)
         self._pos += n
-        rr = float(r @ r)
-        tt = float(t @ t)
-        if math.isfinite(rr) and math.isfinite(tt):
-            # Sums of squares are finite only if every element is: no NaN/Inf here.
-            self._fold(r, t, e, rr, tt, first)
-            return
-        self._update_nonfinite(r, t, e, first)
-
-    def _fold(self, r: np.ndarray, t: np.ndarray, e: np.ndarray, rr: float, tt: float,
-              first: int) -> None:
-        """Accumulate one chunk of all-finite values; ``e`` is scratch of the same length."""
-        self._finite += len(r)
-        self._rr += rr
-        self._tt += tt
-        self._rt += float(r @ t)
-        np.subtract(t, r, out=e)
-        self._ee += float(e @ e)
-        np.abs(e, out=e)
-        self._sum_abs += float(e.sum())
-        self._max_abs = max(self._max_abs, float(e.max()))
-        self._peak = max(self._peak, float(r.max()), -float(r.min()))
-        self._tpeak = max(self._tpeak, float(t.max()), -float(t.min()))
-        if first < len(e):
-            self._samples.append(e[first::self._stride].astype(np.float32))
-
-    def _update_nonfinite(self, r: np.ndarray, t: np.ndarray, e: np.ndarray,
-                          first: int) -> None:
-        r_nan, t_nan = np.isnan(r), np.isnan(t)
-        r_inf, t_inf = np.isinf(r), np.isinf(t)
-        self._ref_nan += int(np.count_nonzero(r_nan))
-        self._ref_inf += int(np.count_nonzero(r_inf))
-        self._test_nan += int(np.count_nonzero(t_nan))
-        self._test_inf += int(np.count_nonzero(t_inf))
-        both = ~(r_nan | r_inf | t_nan | t_inf)
-        agree = (r_nan & t_nan) | ((r_inf | t_inf) & (r == t))
-        self._mismatch += int(np.count_nonzero(~both & ~agree))
-        # The |err| sample keeps the global stride; positions not both finite drop out.
-        picked = np.arange(first, len(r), self._stride)
-        picked = picked[both[picked]]
-        rs, ts = r[both], t[both]
-        m = len(rs)
-        if m == 0:
-            return
-        with np.errstate(over="ignore", invalid="ignore"):
-            # first=m: _fold takes no sample here; the finite picks are added below.
-            self._fold(rs, ts, np.empty(m), float(rs @ rs), float(ts @ ts), first=m)
-        if len(picked):
-            self._samples.append(np.abs(t[picked] - r[picked]).astype(np.float32))
 
     def result(self) -> OutputMetrics:
         if self._pos != self.total:
             raise ValueError(f"accumulated {self._pos} elements, expected {self.total}")
-        n = self._finite
-        reason = near_zero_reason(self._peak, self._tpeak, self.resolution,
-                                  self._dtypes) if n else None
+        f = self._fold
+        n = f.finite
+        reason = near_zero_reason(f.peak, f.tpeak, self.resolution, self._dtypes) if n else None
         near_zero = reason is not None
         meaningful = n > 0 and not near_zero
         cosine = snr = psnr = None
         if meaningful:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                if self._tt == 0.0:
+                if f.tt == 0.0:
                     cosine = 0.0
                 else:
-                    denom = math.sqrt(self._rr) * math.sqrt(self._tt)
-                    cosine = max(-1.0, min(1.0, self._rt / denom)) if denom else 0.0
-                if self._ee == 0.0:
+                    denom = math.sqrt(f.rr) * math.sqrt(f.tt)
+                    cosine = max(-1.0, min(1.0, f.rt / denom)) if denom else 0.0
+                if f.ee == 0.0:
                     snr = psnr = math.inf
                 else:
-                    snr = 10.0 * math.log10(self._rr / self._ee)
-                    psnr = 20.0 * math.log10(self._peak) - 10.0 * math.log10(self._ee / n)
-        sample = np.concatenate(self._samples) if self._samples else np.empty(0, np.float32)
-        self._samples = []
-        self._bufs = None
-        quantiles: dict[str, float] = {}
-        if len(sample):
-            qs = np.quantile(sample, QUANTILES)
-            quantiles = {_qname(q): float(v) for q, v in zip(QUANTILES, qs, strict=True)}
+                    snr = 10.0 * math.log10(f.rr / f.ee)
+                    psnr = 20.0 * math.log10(f.peak) - 10.0 * math.log10(f.ee / n)
+        sample = f.take_sample()
         return OutputMetrics(
             count=self.total, finite=n, cosine=cosine,
-            max_abs=self._max_abs if n else None,
-            mean_abs=self._sum_abs / n if n else None,
-            snr=snr, psnr=psnr, ref_peak=self._peak, test_peak=self._tpeak,
+            max_abs=f.max_abs if n else None,
+            mean_abs=f.sum_abs / n if n else None,
+            snr=snr, psnr=psnr, ref_peak=f.peak, test_peak=f.tpeak,
             resolution=self.resolution,
-            ref_nan=self._ref_nan, ref_inf=self._ref_inf,
-            test_nan=self._test_nan, test_inf=self._test_inf,
-            nonfinite_mismatch=self._mismatch, reference_near_zero=near_zero,
+            ref_nan=f.ref_nan, ref_inf=f.ref_inf, test_nan=f.test_nan, test_inf=f.test_inf,
+            nonfinite_mismatch=f.mismatch, reference_near_zero=near_zero,
             near_zero_reason=reason or "",
             sample_size=len(sample), sampled=self._stride > 1,
-            quantiles=quantiles, histogram=decade_histogram(sample),
+            quantiles=quantiles(sample), histogram=decade_histogram(sample),
         )
+
+
+def quantiles(sample: np.ndarray, qs: tuple[float, ...] = QUANTILES) -> dict[str, float]:
+    """``{"p50": ..., ...}``: linear interpolation between the closest ranks, as
+    ``np.quantile``'s default (which imports numpy.ma: ~15 ms of every start).
+    The lower ranks are partitioned for lowest first, each in what lies above the
+    last (numpy's own order for several ranks goes over the whole lower part again
+    for each); the rank after one is the least value between it and the next."""
+    n = len(sample)
+    if n == 0:
+        return {}
+    ranks = [(n - 1) * q for q in qs]
+    lows = sorted({math.floor(h) for h in ranks})
+    part = np.partition(sample, lows[0])
+    for prev, lo in itertools.pairwise(lows):
+        part[prev + 1:].partition(lo - prev - 1)
+    value = {lo: float(part[lo]) for lo in lows}
+    after = {lo: float(part[lo + 1:stop + 1].min()) if lo + 1 < n else value[lo]
+             for lo, stop in zip(lows, [*lows[1:], n - 1], strict=True)}
+    return {_qname(q): value[lo] + (h - lo) * (after[lo] - value[lo])
+            for q, h, lo in ((q, h, math.floor(h)) for q, h in zip(qs, ranks, strict=True))}
 
 
 def _qname(q: float) -> str:
@@ -310,20 +254,21 @@ def decade_histogram(abs_err: np.ndarray, decades: int = HIST_DECADES) -> list[H
     zeros = int(np.count_nonzero(abs_err == 0))
     if zeros:
         buckets.append(HistogramBucket(0.0, 0.0, zeros))
-    nonzero = abs_err[abs_err > 0]
-    if len(nonzero) == 0:
+    if zeros == len(abs_err):
         return buckets
-    np.log10(nonzero, out=nonzero)
-    np.floor(nonzero, out=nonzero)
-    exps = nonzero.astype(np.int32)
-    del nonzero
+    with np.errstate(divide="ignore"):
+        exps = np.log10(abs_err)                 # zeros: -inf
+    np.floor(exps, out=exps)
     top = int(exps.max())
     bottom = top - decades + 1
-    below = int(np.count_nonzero(exps < bottom))
+    # One count: index 0 gathers every error below the lowest decade, zeros included.
+    np.clip(exps, bottom - 1, top, out=exps)
+    exps -= bottom - 1
+    counts = np.bincount(exps.astype(np.intp), minlength=decades + 1)
+    below = int(counts[0]) - zeros
     if below:
         buckets.append(HistogramBucket(0.0, 10.0 ** bottom, below))
-    counts = np.bincount(exps[exps >= bottom] - bottom, minlength=decades)
-    for i, c in enumerate(counts):
+    for i, c in enumerate(counts[1:]):
         if c:
             buckets.append(HistogramBucket(10.0 ** (bottom + i), 10.0 ** (bottom + i + 1),
                                            int(c)))
@@ -332,13 +277,16 @@ def decade_histogram(abs_err: np.ndarray, decades: int = HIST_DECADES) -> list[H
 
 def compute_metrics(reference: Any, test: Any, *, chunk: int = DEFAULT_CHUNK,
                     sample_target: int = SAMPLE_TARGET, release_pages: bool = True,
-                    resolution: float | None = None) -> OutputMetrics:
+                    resolution: float | None = None,
+                    float32_from: int = FLOAT32_FROM) -> OutputMetrics:
     """Metrics of ``test`` against ``reference`` (equally long; any shape, read flat).
-    ``resolution``: the output's quantization step, when known."""
+    ``resolution``: the output's quantization step, when known; ``float32_from``:
+    see ``MetricsAccumulator``."""
     ref, tst = _flat(reference), _flat(test)
     if len(ref) != len(tst):
         raise ValueError(f"reference has {len(ref)} elements, test {len(tst)}")
-    acc = MetricsAccumulator(len(ref), sample_target=sample_target, resolution=resolution)
+    acc = MetricsAccumulator(len(ref), sample_target=sample_target, resolution=resolution,
+                             float32_from=float32_from)
     for _start, (r, t) in iter_chunks([ref, tst], chunk=chunk, release_pages=release_pages):
         acc.update(r, t)
     return acc.result()
