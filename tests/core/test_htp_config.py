@@ -17,6 +17,7 @@ from qnn_ci.engine.spec import HtpConfigSpec
 from qnn_ci.errors import UserError
 from qnn_ci.manifest.htp_config import parse_htp_config
 from qnn_ci.manifest.loader import load_manifest
+from qnn_ci.manifest.yaml_lines import dotted
 from qnn_ci.sdk.htp_config import graph_names_from_cpp, render_htp_config, write_htp_config
 from qnn_ci.tables import get_soc
 from tests.core.graphs import scale_model
@@ -141,8 +142,8 @@ _KEYS = st.one_of(st.sampled_from(["vtcm_mb", "O", "fp16_relaxed_precision", "hv
 @given(value=st.one_of(_VALUES, st.dictionaries(_KEYS, _VALUES, max_size=5)),
        soc=st.sampled_from([None, "QCS6490", "SM8550", "SM8850"]))
 def test_fuzz_the_validator_gives_a_spec_or_one_line(value: object, soc: str | None) -> None:
-    def error(key_path: tuple, message: str) -> UserError:
-        return UserError(message, key=".".join(map(str, key_path)))
+    def error(key_path: tuple, message: str) -> UserError:   # as the loader's ctx.error
+        return UserError(message, key=dotted(key_path))
     try:
         spec = parse_htp_config(value, get_soc(soc) if soc else None, error)
     except UserError as exc:
