@@ -227,3 +227,25 @@ def htp_config_writer(export: ExportSpec, soc: SocInfo | None,
         return write_htp_config(export.htp_config, soc, graphs, folder,
                                 inner_path_text=inner_remote)
     return write
+
+
+MAX_CALIBRATION_SAMPLES = 8      # compared when no held-out samples exist
+
+
+def board_samples(cal: StageResult, names: list[str]
+                  ) -> tuple[str, list[Any], list[Finding]]:
+    """The samples a board comparison runs: the calibration stage's held-out samples,
+    else (with a warning) at most ``MAX_CALIBRATION_SAMPLES`` calibration samples.
+    Returns (which: "held-out" | "calibration", the samples, findings)."""
+    from qnn_ci.boards.netrun import select_samples
+
+    held = cal.artefacts.get("held_out_list")
+    if held and Path(held).is_file():
+        _, samples = select_samples(Path(held), names, None)
+        return "held-out", samples, []
+    _, samples = select_samples(Path(cal.artefacts["input_list"]), names,
+                                MAX_CALIBRATION_SAMPLES)
+    return "calibration", samples, [Finding(
+        "board.no_held_out", "no held-out samples: compared on calibration samples, "
+        "which flatters the quantized model (keep some back: calibration.held_out)",
+        Severity.WARNING)]

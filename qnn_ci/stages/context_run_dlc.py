@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from qnn_ci.sdk.dlc_info import DlcInfo
 
 REFERENCE = "fp32 onnxruntime (pinned model, on the host)"
-MAX_CALIBRATION_SAMPLES = 8      # when no held-out samples exist (as htp_vs_cpu)
 NO_LAYERS = ("on the DLC route there is no .so and --debug cannot be combined with "
              "--retrieve_context: no per-layer diagnosis on the board; run qnn-ci sim "
              "--diagnose")
@@ -95,7 +94,7 @@ def run_dlc(stage: str, ctx: StageContext) -> StageResult:
     from qnn_ci.boards.latency_run import request_for
     from qnn_ci.boards.layout import board_inputs, layout_from_dims, outputs_to_onnx_order
     from qnn_ci.boards.native_outputs import dequantize_outputs
-    from qnn_ci.boards.netrun import run_on_board, select_samples
+    from qnn_ci.boards.netrun import run_on_board
     from qnn_ci.boards.reference import write_reference_outputs
     from qnn_ci.boards.result_files import ExpectedOutput
     from qnn_ci.boards.session import board_session
@@ -115,18 +114,7 @@ def run_dlc(stage: str, ctx: StageContext) -> StageResult:
     info = dlc_common.dlc_info_of(ctx)
     inputs = [Expected(n, i["dtype"], tuple(i["shape"])) for n, i in cal.data["inputs"].items()]
     names = [i.name for i in inputs]
-    findings: list[Finding] = []
-    held = cal.artefacts.get("held_out_list")
-    if held and Path(held).is_file():
-        source, which, cap = Path(held), "held-out", None
-    else:
-        source, which = Path(cal.artefacts["input_list"]), "calibration"
-        cap = MAX_CALIBRATION_SAMPLES
-        findings.append(Finding(
-            "board.no_held_out", "no held-out samples: compared on calibration samples, "
-            "which flatters the quantized model (keep some back: calibration.held_out)",
-            Severity.WARNING))
-    _, samples = select_samples(source, names, cap)
+    which, samples, findings = board_common.board_samples(cal, names)
     outputs = shapes.data.get("outputs") or []
     out_shapes = {o["name"]: tuple(o["shape"]) if o.get("shape") else None for o in outputs}
     io = {t.name: list(t.dims) for t in info.io_tensors() if t.dims is not None}

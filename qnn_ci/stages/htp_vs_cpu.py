@@ -41,7 +41,6 @@ if TYPE_CHECKING:   # numpy (via these) only when the stage runs, not at load
 
 log = logging.getLogger(__name__)
 
-MAX_CALIBRATION_SAMPLES = 8      # when no held-out samples exist
 FLOAT_EXACT = 1e-5               # CPU-vs-fp32 max |err| / peak below which it ran in float
 # Missing / short / NaN output files are already named, per backend and sample,
 # by the board run's own checks; the comparison would only repeat them.
@@ -59,7 +58,7 @@ class HtpVsCpuStage(board_common.BoardStage):
         from qnn_ci.boards.latency_run import request_for
         from qnn_ci.boards.layout import board_inputs, board_layout, outputs_to_onnx_order
         from qnn_ci.boards.native_outputs import NativeType, dequantize_outputs, quant_steps
-        from qnn_ci.boards.netrun import run_on_board, select_samples
+        from qnn_ci.boards.netrun import run_on_board
         from qnn_ci.boards.reference import write_reference_outputs
         from qnn_ci.boards.result_files import ExpectedOutput
         from qnn_ci.calibration.input_list import write_input_list
@@ -83,18 +82,7 @@ class HtpVsCpuStage(board_common.BoardStage):
         inputs = [Expected(n, i["dtype"], tuple(i["shape"]))
                   for n, i in cal.data["inputs"].items()]
         names = [i.name for i in inputs]
-        findings: list[Finding] = []
-        held = cal.artefacts.get("held_out_list")
-        if held and Path(held).is_file():
-            source, which, cap = Path(held), "held-out", None
-        else:
-            source, which = Path(cal.artefacts["input_list"]), "calibration"
-            cap = MAX_CALIBRATION_SAMPLES
-            findings.append(Finding(
-                "board.no_held_out", "no held-out samples: compared on calibration samples, "
-                "which flatters the quantized model (keep some back: calibration.held_out)",
-                Severity.WARNING))
-        _, samples = select_samples(source, names, cap)
+        which, samples, findings = board_common.board_samples(cal, names)
         outputs = shapes.data.get("outputs") or []
         out_shapes = {o["name"]: tuple(o["shape"]) if o.get("shape") else None
                       for o in outputs}
