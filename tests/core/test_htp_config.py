@@ -20,10 +20,10 @@ from qnn_ci.manifest.loader import load_manifest
 from qnn_ci.manifest.yaml_lines import dotted
 from qnn_ci.sdk.htp_config import graph_names_from_cpp, render_htp_config, write_htp_config
 from qnn_ci.tables import get_soc
+from tests.conftest import REAL_OUTPUTS
 from tests.core.graphs import scale_model
 from tests.core.test_manifest import error_of, write
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "reference" / "real-outputs"
 EXAMPLES = int(os.environ.get("QNN_CI_FUZZ_EXAMPLES", "150"))
 
 
@@ -100,11 +100,11 @@ def test_a_defaults_mistake_names_the_defaults_line(tmp_path: Path, model: Path)
 
 
 def test_written_files_have_the_sdk_shape_with_real_graph_names(tmp_path: Path) -> None:
-    cpp = REAL / "naf_block_sota-qairt2.31.cpp"
+    cpp = REAL_OUTPUTS / "naf_block_sota-qairt2.31.cpp"
     if not cpp.is_file():
         pytest.skip("no real converter output here")
     assert graph_names_from_cpp(cpp) == ["naf_block_sota"]
-    assert graph_names_from_cpp(REAL / "resnet18_int8-qairt2.18.cpp") == ["resnet18_int8"]
+    assert graph_names_from_cpp(REAL_OUTPUTS / "resnet18_int8-qairt2.18.cpp") == ["resnet18_int8"]
     spec = HtpConfigSpec(vtcm_mb=2, O=3, hvx_threads=4)
     wrapper = write_htp_config(spec, get_soc("QCS6490"), graph_names_from_cpp(cpp),
                                tmp_path / "cfg", inner_path_text="/tmp/qnn-ci/run-1/htp.json")
