@@ -84,6 +84,8 @@ def terminal_table(rows: list[Row], *, width: int | None = None) -> str:
     command, a path or a setting never is); without one nothing is cut."""
     out: list[str] = []
     current: tuple[Path, str] | None = None
+    name_width = max([14, *(len(row.result.stage) for row in rows)])   # dlc_context_binary
+    indent = " " * (8 + name_width)
     for row in rows:
         if (row.manifest, row.export) != current:
             current = (row.manifest, row.export)
@@ -92,17 +94,17 @@ def terminal_table(rows: list[Row], *, width: int | None = None) -> str:
         note = r.summary.replace("\n", " ")
         if r.cached:
             note = f"(cached) {note}"
-        text = f"  {_mark(r):<5} {r.stage:<14} {note}"
+        text = f"  {_mark(r):<5} {r.stage:<{name_width}} {note}"
         if r.status in (Status.FAILED, Status.ERROR):
             out.append(text)  # a failure is shown whole, with its findings
             kept, more = shown([f for f in r.errors() if f.message not in r.summary],
                                FINDINGS_SHOWN)
-            out += [f"{'':22}- {f.message}" for f in kept]
+            out += [f"{indent}- {f.message}" for f in kept]
             if more:
-                out.append(f"{'':22}(+{more} more: see the JUnit report or --json)")
+                out.append(f"{indent}(+{more} more: see the JUnit report or --json)")
             diagnosis = diagnosis_summary.headline(r)
             if diagnosis:
-                out.append(f"{'':22}{diagnosis}")
+                out.append(f"{indent}{diagnosis}")
         else:
             out.append(fit(text, width))
     counts = {s: sum(r.result.status == s for r in rows) for s in Status}

@@ -88,6 +88,19 @@ def test_on_a_terminal_only_lines_without_an_action_are_cut() -> None:
     assert terminal_table([_row("sim_npu", plain)]).splitlines()[1].endswith(plain)
 
 
+
+def test_a_long_stage_name_keeps_the_notes_and_findings_in_one_column() -> None:
+    from qnn_ci.engine.results import Finding
+
+    failed = StageResult("dlc_context_binary", Status.FAILED, "VTCM overflow",
+                         [Finding("context.vtcm_overflow", "needs 36 MiB, 2 MiB allowed")])
+    table = terminal_table([_row("sim_npu", "prepared"),
+                            Row(Path("qnn-ci.yaml"), "e", 3, failed)]).splitlines()
+    starts = {line.index("prepared") if "prepared" in line else line.index("VTCM")
+              for line in table[1:3]}
+    assert len(starts) == 1, table                     # both notes start in one column
+    assert table[3].index("- needs 36 MiB") == starts.pop() - 1, table
+
 @pytest.mark.parametrize(("text", "action"), [
     ("create it with `qnn-ci baseline update m.yaml`", True),
     ("give --dim x=1,3", True), ("set target.soc in the manifest", True),
