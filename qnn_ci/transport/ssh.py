@@ -271,17 +271,24 @@ class SshTransport(ShellFileOps):
         argv = list(argv)
         command = wrap_command(argv, env=merged_env(self.board.env, env), cwd=cwd)
         started = time.monotonic()
-        # Only starting the command is retried: once it runs, a drop is a result.
-        chan = self._with_retries(f"run {argv[0]}", lambda conn: start_command(
-            conn, command, self.board.connect_timeout_s))
         out, err = bytearray(), bytearray()
+        opened: list[paramiko.Channel] = []
+        running = False
         try:
+            # Only starting the command is retried: once it runs, a drop is a result.
+            chan = self._with_retries(f"run {argv[0]}", lambda conn: start_command(
+                conn, command, self.board.connect_timeout_s, opened.append))
+            running = True
             status, timed_out = collect(chan, out, err, started + timeout)
         except BaseException as exc:        # Ctrl-C, SIGTERM-as-exception, SystemExit, ...
-            self._abandon(chan, out, argv, exc)
+            # interrupted while the command ran, or while it was being started (it may
+            # already run on the board): kill its remote process group
+            if opened and (running or not isinstance(exc, Exception)):
+                self._abandon(opened[-1], out, argv, exc)
             raise
         finally:
-            chan.close()
+            for each in opened:
+                each.close()
         pgid, stdout = split_pgid(out.decode("utf-8", "replace"))
         stderr = err.decode("utf-8", "replace")
         exit_code = -1 if timed_out else status

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import select
 import time
+from collections.abc import Callable
 
 import paramiko
 from fabric import Connection
@@ -14,17 +15,30 @@ _EOF_GRACE_S = 2.0              # exited, no output for this long, yet no EOF (a
                                 # child holds the output open): done
 
 
-def start_command(conn: Connection, command: str, open_timeout: float) -> paramiko.Channel:
-    """Start ``command`` on a new session channel (stdin closed)."""
+def start_command(conn: Connection, command: str, open_timeout: float,
+                  opened: Callable[[paramiko.Channel], None] | None = None
+                  ) -> paramiko.Channel:
+    """Start ``command`` on a new session channel (stdin closed).
+
+    ``opened`` is handed the channel as soon as it exists: an interrupt (a
+    BaseException that is not an Exception) while the command is being started leaves
+    it open, since the command may already run on the board, for the caller to kill
+    its process group and close it. A failure (an Exception) closes it."""
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
         raise EOFError("the SSH connection is closed")
     chan = transport.open_session(timeout=open_timeout)
+    if opened is not None:
+        opened(chan)
     try:
         chan.exec_command(command)
         chan.shutdown_write()
-    except BaseException:
+    except Exception:
         chan.close()
+        raise
+    except BaseException:
+        if opened is None:
+            chan.close()
         raise
     return chan
 
