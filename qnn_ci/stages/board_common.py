@@ -215,18 +215,52 @@ def htp_config_writer(export: ExportSpec, soc: SocInfo | None,
     from the converter's ``.cpp``."""
     if not export.htp_config.given:
         return None
-    from qnn_ci.sdk.htp_config import graph_names_from_cpp, write_htp_config
+    from qnn_ci.sdk.htp_config import graph_names_from_cpp
 
     graphs = graph_names_from_cpp(cpp) if cpp is not None and cpp.is_file() else []
     if not graphs:
         raise UserError("htp_config: the converter's .cpp names no graph, so the HTP config "
                         "cannot name it (the SDK would ignore it); rerun convert",
                         file=export.manifest, line=export.line, key="htp_config")
+    return graphs_config_writer(export, soc, graphs)
+
+
+def graphs_config_writer(export: ExportSpec, soc: SocInfo | None, graphs: list[str]
+                         ) -> Callable[[Path, str], Path] | None:
+    """``write(folder, inner remote path) -> wrapper`` for the export's ``htp_config``
+    naming ``graphs``; None when the export gives no ``htp_config``."""
+    if not export.htp_config.given:
+        return None
+    from qnn_ci.sdk.htp_config import write_htp_config
 
     def write(folder: Path, inner_remote: str) -> Path:
         return write_htp_config(export.htp_config, soc, graphs, folder,
                                 inner_path_text=inner_remote)
     return write
+
+
+def run_context(ctx: StageContext, stage: str, board: BoardConfig, binary: Path, *,
+                input_list: Path, names: list[str], native: bool,
+                expected: list[Any] | None,
+                htp_config: Callable[[Path, str], Path] | None) -> NetRunResult | StageResult:
+    """``qnn-net-run --retrieve_context <binary>`` on the HTP of ``board`` (locked), timed
+    as the export asks; a board that cannot be reached, stays locked or is full is the
+    stage's failed result instead."""
+    from qnn_ci.boards.latency_run import request_for
+    from qnn_ci.boards.netrun import run_on_board
+    from qnn_ci.boards.session import board_session
+    from qnn_ci.errors import ToolError
+    from qnn_ci.transport.base import TransportError
+
+    try:
+        with board_session(board, ctx.env.environ) as transport:
+            return run_on_board(transport, board, library=None, context=binary,
+                                input_list=input_list, input_names=names, backends=("htp",),
+                                workdir=ctx.workdir, native=native,
+                                expected_outputs=expected or None,
+                                latency=request_for(ctx.export, ctx.env), htp_config=htp_config)
+    except (TransportError, ToolError) as exc:
+        return board_error_result(stage, board, exc)
 
 
 MAX_CALIBRATION_SAMPLES = 8      # compared when no held-out samples exist

@@ -25,7 +25,6 @@ from typing import Any
 from qnn_ci.engine.results import Finding, Severity, StageResult
 from qnn_ci.engine.spec import ExportSpec, Thresholds
 from qnn_ci.engine.stage import StageContext
-from qnn_ci.errors import ToolError
 from qnn_ci.stages import board_common
 
 AGREE_COSINE = 0.9999       # the binary and the .so on the same HTP: the same graph
@@ -50,14 +49,10 @@ class ContextRunStage(board_common.BoardStage):
 
             return run_dlc(self.name, ctx)
         from qnn_ci.boards.latency import init_ms
-        from qnn_ci.boards.latency_run import request_for
         from qnn_ci.boards.layout import board_layout, outputs_to_onnx_order
         from qnn_ci.boards.native_outputs import NativeType, dequantize_outputs, quant_steps
-        from qnn_ci.boards.netrun import run_on_board
         from qnn_ci.boards.result_files import ExpectedOutput
-        from qnn_ci.boards.session import board_session
         from qnn_ci.compare import compare_sets, load_output_set, metric_properties, sanitize
-        from qnn_ci.transport.base import TransportError
 
         export, board = ctx.export, board_common.the_board(ctx)
         mismatch = board_common.soc_mismatch(export, board)
@@ -86,15 +81,11 @@ class ContextRunStage(board_common.BoardStage):
         cpp = ctx.upstream["convert"].artefacts.get("cpp")
         config = board_common.htp_config_writer(export, board_common.export_soc(export, board),
                                    Path(cpp) if cpp else None)
-        try:
-            with board_session(board, ctx.env.environ) as transport:
-                nr = run_on_board(transport, board, library=None, context=binary,
-                                  input_list=board_list, input_names=names, backends=("htp",),
-                                  workdir=ctx.workdir, native=native,
-                                  expected_outputs=expected_files or None,
-                                  latency=request_for(export, ctx.env), htp_config=config)
-        except (TransportError, ToolError) as exc:
-            return board_common.board_error_result(self.name, board, exc)
+        nr = board_common.run_context(ctx, self.name, board, binary, input_list=board_list,
+                                      names=names, native=native, expected=expected_files,
+                                      htp_config=config)
+        if isinstance(nr, StageResult):
+            return nr
         findings += nr.findings
         properties = board_common.run_properties(nr) | {
             "binary": binary.name, "layout": layout.describe(),

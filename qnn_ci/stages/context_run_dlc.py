@@ -21,14 +21,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.engine.results import Finding, Severity, StageResult
 from qnn_ci.engine.stage import StageContext
-from qnn_ci.errors import ToolError
 from qnn_ci.stages import board_common, dlc_common
 
 if TYPE_CHECKING:
@@ -91,18 +89,13 @@ def native_types_from_info(info: DlcInfo, counts: dict[str, int | None]
 
 def run_dlc(stage: str, ctx: StageContext) -> StageResult:
     from qnn_ci.boards.latency import init_ms
-    from qnn_ci.boards.latency_run import request_for
     from qnn_ci.boards.layout import board_inputs, layout_from_dims, outputs_to_onnx_order
     from qnn_ci.boards.native_outputs import dequantize_outputs
-    from qnn_ci.boards.netrun import run_on_board
     from qnn_ci.boards.reference import write_reference_outputs
     from qnn_ci.boards.result_files import ExpectedOutput
-    from qnn_ci.boards.session import board_session
     from qnn_ci.calibration.input_list import write_input_list
     from qnn_ci.calibration.sources import Expected
     from qnn_ci.compare import compare_sets, load_output_set, metric_properties, sanitize
-    from qnn_ci.sdk.htp_config import write_htp_config
-    from qnn_ci.transport.base import TransportError
 
     export, board = ctx.export, board_common.the_board(ctx)
     mismatch = board_common.soc_mismatch(export, board)
@@ -133,21 +126,11 @@ def run_dlc(stage: str, ctx: StageContext) -> StageResult:
         findings += found
     soc = board_common.export_soc(export, board)
     graphs = list(built.data.get("graphs") or [])
-    config: Callable[[Path, str], Path] | None = None
-    if export.htp_config.given:
-        def write(folder: Path, inner: str) -> Path:
-            return write_htp_config(export.htp_config, soc, graphs, folder,
-                                    inner_path_text=inner)
-        config = write
-    try:
-        with board_session(board, ctx.env.environ) as transport:
-            nr = run_on_board(transport, board, library=None, context=binary,
-                              input_list=board_list, input_names=names, backends=("htp",),
-                              workdir=ctx.workdir, native=native,
-                              expected_outputs=expected_files or None,
-                              latency=request_for(export, ctx.env), htp_config=config)
-    except (TransportError, ToolError) as exc:
-        return board_common.board_error_result(stage, board, exc)
+    nr = board_common.run_context(
+        ctx, stage, board, binary, input_list=board_list, names=names, native=native,
+        expected=expected_files, htp_config=board_common.graphs_config_writer(export, soc, graphs))
+    if isinstance(nr, StageResult):
+        return nr
     findings += nr.findings
     built_version = (built.data.get("context_info") or {}).get("qnn_version")
     runtime = nr.board_version.version if nr.board_version else None

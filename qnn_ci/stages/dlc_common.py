@@ -13,7 +13,7 @@ from qnn_ci.engine.spec import ExportSpec
 from qnn_ci.engine.stage import Environment, Stage, StageContext
 from qnn_ci.errors import ToolError, UserError
 from qnn_ci.sdk.locate import DLC_CONVERTER, DLC_QUANTIZER, Sdk, find_sdk, sdk_unavailable
-from qnn_ci.stages.sdk_common import cache_dir
+from qnn_ci.stages.sdk_common import cache_dir, file_stamp
 
 if TYPE_CHECKING:   # the readers and help probes: when a stage runs
     from qnn_ci.sdk.converter_cmd import ConverterHelp
@@ -23,13 +23,6 @@ if TYPE_CHECKING:   # the readers and help probes: when a stage runs
 HELP_REQUIRES: dict[str, str] = {DLC_CONVERTER: "--input_network",
                                  DLC_QUANTIZER: "--input_dlc"}
 
-
-def _stamp(path: Path) -> str:
-    try:
-        st = path.stat()
-    except OSError:
-        return "missing"
-    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 class DlcStage(Stage):
@@ -60,8 +53,8 @@ class DlcStage(Stage):
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         sdk = self.sdk(ctx)
         fp: dict[str, Any] = {"sdk_root": str(sdk.root), "sdk_version": sdk.version,
-                              "tools": {t: _stamp(sdk.tool(t)) for t in self.tools},
-                              "libs": {n: _stamp(sdk.host_lib(n)) for n in self.libs}}
+                              "tools": {t: file_stamp(sdk.tool(t)) for t in self.tools},
+                              "libs": {n: file_stamp(sdk.host_lib(n)) for n in self.libs}}
         for tool in self.tools:
             if tool in HELP_REQUIRES:
                 help_, _ = tool_help(ctx, sdk, tool)

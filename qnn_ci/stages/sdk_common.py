@@ -44,7 +44,8 @@ def converter_help(ctx: StageContext, sdk: Sdk) -> ConverterHelp:
     return help_
 
 
-def _stamp(path: Path) -> str:
+def file_stamp(path: Path) -> str:
+    """A tool's identity in a cache key: size and mtime, or 'missing'."""
     try:
         st = path.stat()
     except OSError:
@@ -57,7 +58,7 @@ def sdk_fingerprint(ctx: StageContext, *, tools: tuple[str, ...] = (CONVERTER,),
     """SDK root + version + the converter's flag set and help hash (+ tool stamps)."""
     sdk = find_sdk(ctx.export, ctx.env, tools=tools, need_esdk=need_esdk)
     fp: dict[str, Any] = {"sdk_root": str(sdk.root),
-                          "tools": {t: _stamp(sdk.tool(t)) for t in tools}}
+                          "tools": {t: file_stamp(sdk.tool(t)) for t in tools}}
     try:
         help_ = converter_help(ctx, sdk)
         fp["converter_help"] = help_.help_hash
@@ -66,7 +67,7 @@ def sdk_fingerprint(ctx: StageContext, *, tools: tuple[str, ...] = (CONVERTER,),
         fp["converter_probe_error"] = str(exc)
     fp["sdk_version"] = sdk.version
     if need_esdk and sdk.esdk_env is not None:
-        fp["esdk_env"] = {"path": str(sdk.esdk_env), "stamp": _stamp(sdk.esdk_env)}
+        fp["esdk_env"] = {"path": str(sdk.esdk_env), "stamp": file_stamp(sdk.esdk_env)}
     return fp
 
 
