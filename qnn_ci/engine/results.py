@@ -34,6 +34,18 @@ class Finding:
                 "severity": str(self.severity), "subject": self.subject}
 
 
+def status_of(findings: list[Finding]) -> Status:
+    """FAILED when any finding is an error, else PASSED."""
+    return Status.FAILED if any(f.severity == Severity.ERROR for f in findings) \
+        else Status.PASSED
+
+
+def first_error(findings: list[Finding]) -> str | None:
+    """The first error finding's message (its first line), for a stage's summary."""
+    return next((f.message.splitlines()[0] for f in findings
+                 if f.severity == Severity.ERROR and f.message), None)
+
+
 @dataclass
 class StageResult:
     """What a stage returns. ``data`` holds the stage's typed payload as plain

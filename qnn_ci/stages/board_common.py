@@ -111,10 +111,6 @@ def soc_mismatch_result(stage: str, board: BoardConfig, message: str) -> StageRe
                        properties={"board": board.name, "board_soc": board.soc or ""})
 
 
-def status_of(findings: list[Finding]) -> Status:
-    return Status.FAILED if any(f.severity == Severity.ERROR for f in findings) \
-        else Status.PASSED
-
 
 def board_error_result(stage: str, board: BoardConfig, exc: Exception) -> StageResult:
     """A failed result for a board that could not be reached, stayed locked, or
@@ -200,12 +196,6 @@ def run_properties(nr: NetRunResult) -> dict[str, Any]:
         props[f"{name}.duration_s"] = round(outcome.duration_s, 3)
     return props
 
-
-def first_error(findings: list[Finding]) -> str | None:
-    for f in findings:
-        if f.severity == Severity.ERROR:
-            return f.message
-    return None
 
 
 def htp_config_writer(export: ExportSpec, soc: SocInfo | None,

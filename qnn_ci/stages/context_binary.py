@@ -27,7 +27,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.engine.results import Finding, Severity, StageResult
+from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import ToolError, UserError
 from qnn_ci.stages import board_common
@@ -85,7 +85,7 @@ class ContextBinaryStage(board_common.BoardStage):
             "htp_config": "given" if export.htp_config.given else "SDK defaults"}
         data: dict[str, Any] = {"build": built.to_dict(), "board": board.name,
                                 "board_qnn_version": version}
-        summary = board_common.first_error(findings)
+        summary = first_error(findings)
         if built.binary is not None:
             info, found = _read_binary(ctx, built.binary, soc, version)
             findings += found
@@ -99,13 +99,13 @@ class ContextBinaryStage(board_common.BoardStage):
                 data["context_info"] = info.to_dict()
             data |= {"binary": str(built.binary), "binary_sha256": sha256_of(built.binary),
                      "binary_bytes": built.binary.stat().st_size}
-            summary = board_common.first_error(findings) or (
+            summary = first_error(findings) or (
                 f"{built.binary.name} built on board {board.name} (QNN {version or 'unknown'}"
                 f") in {built.duration_s:.1f} s: {describe_info(data.get('context_info'))}")
         if config is not None and (ctx.workdir / "htp_config").is_dir():
             artefacts["htp_config"] = str(ctx.workdir / "htp_config")
         return board_common.finish(StageResult(
-            self.name, board_common.status_of(findings), summary or "no context binary",
+            self.name, status_of(findings), summary or "no context binary",
             findings, properties=properties, artefacts=artefacts, data=data))
 
 

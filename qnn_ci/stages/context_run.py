@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.engine.results import Finding, Severity, StageResult
+from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
 from qnn_ci.engine.spec import ExportSpec, Thresholds
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages import board_common
@@ -98,7 +98,7 @@ class ContextRunStage(board_common.BoardStage):
         if load is not None:
             properties["load.init_ms"] = round(load, 4)
         data: dict[str, Any] = {"board_run": nr.to_dict()}
-        summary = board_common.first_error(findings)
+        summary = first_error(findings)
         ctx_dir = nr.output_dir("htp")
         cpu_dir = so_run.artefacts.get("cpu_outputs")
         so_dir = so_run.artefacts.get("htp_outputs")
@@ -127,7 +127,7 @@ class ContextRunStage(board_common.BoardStage):
                            + (f"cosine {worst[0]:.6f}" if worst else "not compared")
                            + (f"; {nr.latency.describe()}" if nr.latency else "")
                            + (f"; load {load:.1f} ms" if load is not None else ""))
-        if summary is not None and board_common.first_error(findings) and any(
+        if summary is not None and first_error(findings) and any(
                 f.severity == Severity.ERROR and f.check.startswith("compare.")
                 for f in findings):
             summary += (" (--debug cannot be combined with --retrieve_context: the per-layer "
@@ -140,7 +140,7 @@ class ContextRunStage(board_common.BoardStage):
         if nr.latency is not None and profile.is_file():
             artefacts["latency_profile"] = str(profile)
         return board_common.finish(StageResult(
-            self.name, board_common.status_of(findings), summary or "no outputs to compare",
+            self.name, status_of(findings), summary or "no outputs to compare",
             findings, properties=properties, artefacts=artefacts, data=data), nr)
 
 

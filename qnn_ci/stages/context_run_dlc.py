@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnn_ci.engine.results import Finding, Severity, StageResult
+from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages import board_common, dlc_common
 
@@ -154,7 +154,7 @@ def run_dlc(stage: str, ctx: StageContext) -> StageResult:
     if load is not None:
         properties["load.init_ms"] = round(load, 4)
     data: dict[str, Any] = {"board_run": nr.to_dict(), "reference": REFERENCE}
-    summary = board_common.first_error(findings)
+    summary = first_error(findings)
     ctx_dir = nr.output_dir("htp")
     artefacts = {"board_input_list": str(board_list)}
     if ctx_dir is not None and nr.reachable:
@@ -192,5 +192,5 @@ def run_dlc(stage: str, ctx: StageContext) -> StageResult:
     if nr.latency is not None and profile.is_file():
         artefacts["latency_profile"] = str(profile)
     return board_common.finish(StageResult(
-        stage, board_common.status_of(findings), summary or "no outputs to compare",
+        stage, status_of(findings), summary or "no outputs to compare",
         findings, properties=properties, artefacts=artefacts, data=data), nr)

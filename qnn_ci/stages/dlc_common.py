@@ -99,16 +99,6 @@ def notes(stage: str, texts: list[str], severity: Severity) -> list[Finding]:
                     t, severity) for t in texts]
 
 
-def first_error(findings: list[Finding]) -> str | None:
-    return next((f.message.splitlines()[0] for f in findings
-                 if f.severity == Severity.ERROR), None)
-
-
-def status_of(findings: list[Finding]) -> Any:
-    from qnn_ci.engine.results import Status
-
-    return Status.FAILED if any(f.severity == Severity.ERROR for f in findings) \
-        else Status.PASSED
 
 
 def with_sdk_version(result: StageResult, version: str | None) -> StageResult:

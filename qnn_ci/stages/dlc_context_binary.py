@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnn_ci.engine.results import Finding, Severity, StageResult
+from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import UserError
 from qnn_ci.sdk.locate import CONTEXT_GENERATOR, HOST_LIB_DIR
@@ -106,9 +106,9 @@ class DlcContextBinaryStage(dlc_common.DlcStage):
                 artefacts["context_info"] = str(report)
                 properties |= info_properties(read)
                 data["context_info"] = read.to_dict()
-        summary = dlc_common.first_error(findings) or _summary(built, data, soc)
+        summary = first_error(findings) or _summary(built, data, soc)
         return mark_transient(dlc_common.with_sdk_version(StageResult(
-            self.name, dlc_common.status_of(findings), summary, findings,
+            self.name, status_of(findings), summary, findings,
             properties=properties, artefacts=artefacts, data=data), sdk.version), built.run)
 
     def _soc(self, ctx: StageContext) -> SocInfo:

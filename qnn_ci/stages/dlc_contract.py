@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnn_ci.engine.results import Finding, Severity, StageResult
+from qnn_ci.engine.results import Finding, Severity, StageResult, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages import dlc_common
 from qnn_ci.util.listing import cut_text
@@ -276,7 +276,7 @@ class DlcContractStage(dlc_common.DlcStage):
                                       "findings": [f.to_dict() for f in findings]},
                                      indent=2), "utf-8")
         return dlc_common.with_sdk_version(StageResult(
-            self.name, dlc_common.status_of(findings), summary, findings, properties=props,
+            self.name, status_of(findings), summary, findings, properties=props,
             artefacts={"report": str(report)},
             data={"quantizer": dict(info.quantizer.args) if info.quantizer else None}),
             info.sdk_version)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from qnn_ci.engine.results import Severity, StageResult
+from qnn_ci.engine.results import Severity, StageResult, first_error, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.sdk.locate import DLC_CONVERTER
 from qnn_ci.stages import dlc_common
@@ -55,11 +55,11 @@ class DlcConvertStage(dlc_common.DlcStage):
         artefacts = {"log": str(step.run.log_path)}
         if step.output is not None:
             artefacts["dlc"] = str(step.output)
-        summary = dlc_common.first_error(findings) or (
+        summary = first_error(findings) or (
             f"{out.name} written by {DLC_CONVERTER} ({sdk.describe()}) in "
             f"{step.run.duration_s:.1f} s")
         return mark_transient(dlc_common.with_sdk_version(StageResult(
-            self.name, dlc_common.status_of(findings), summary, findings,
+            self.name, status_of(findings), summary, findings,
             properties={"converter_argv": shlex.join(cmd.argv),
                         "duration_s": round(step.run.duration_s, 3)},
             artefacts=artefacts,

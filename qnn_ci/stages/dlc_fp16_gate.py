@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from qnn_ci.engine.results import Finding, Severity, StageResult
+from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages import dlc_common
 from qnn_ci.tables import get_soc
@@ -79,7 +79,7 @@ class DlcFp16GateStage(dlc_common.DlcStage):
                        "build would abort")
         else:
             where = f"{soc.name}, HTP {soc.arch_name}" if soc else "no target SoC"
-            summary = dlc_common.first_error(findings) or \
+            summary = first_error(findings) or \
                 f"{len(fp16)} FP16 tensor(s) of {len(info.tensors)} ({where})"
         report = ctx.workdir / "dlc_fp16_gate.json"
         report.write_text(json.dumps({
@@ -88,7 +88,7 @@ class DlcFp16GateStage(dlc_common.DlcStage):
             "fp16_tensors": [t.name for t in fp16], "untyped": untyped,
             "findings": [f.to_dict() for f in findings]}, indent=2), "utf-8")
         return StageResult(
-            self.name, dlc_common.status_of(findings), summary, findings,
+            self.name, status_of(findings), summary, findings,
             properties={"fp16_tensors": len(fp16), "soc": soc.name if soc else "",
                         "htp_arch": soc.arch_name if soc else ""},
             artefacts={"report": str(report)},

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from qnn_ci.engine.results import Finding, Severity, StageResult
+from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.sdk.locate import DLC_INFO, DLC_QUANTIZER
 from qnn_ci.stages import dlc_common
@@ -79,11 +79,11 @@ class DlcQuantizeStage(dlc_common.DlcStage):
                          "outputs": info.outputs, "tensors": len(info.tensors)}
                 if info.sdk_version and sdk.version is None:
                     sdk.version = info.sdk_version
-        summary = dlc_common.first_error(findings) or (
+        summary = first_error(findings) or (
             f"{out.name} written by {DLC_QUANTIZER} ({sdk.describe()}) in "
             f"{duration:.1f} s; {DLC_INFO} lists {data.get('tensors', 0)} tensor(s)")
         return mark_transient(dlc_common.with_sdk_version(StageResult(
-            self.name, dlc_common.status_of(findings), summary, findings,
+            self.name, status_of(findings), summary, findings,
             properties={"quantizer_argv": shlex.join(cmd.argv),
                         "duration_s": round(duration, 3)},
             artefacts=artefacts, data=data), sdk.version), run)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.boards.session import board_session
-from qnn_ci.engine.results import Finding, Severity, StageResult, Status
+from qnn_ci.engine.results import Finding, Severity, StageResult, Status, first_error, status_of
 from qnn_ci.engine.spec import Thresholds
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import ToolError
@@ -133,7 +133,7 @@ class HtpVsCpuStage(board_common.BoardStage):
                     dequantize_outputs(out_dir, types)
                 outputs_to_onnx_order(out_dir, out_shapes, layout)
         data: dict[str, Any] = {"board_run": nr.to_dict()}
-        summary = board_common.first_error(findings)
+        summary = first_error(findings)
         diagnose: Any = None
         if cpu_dir is not None and htp_dir is not None and nr.reachable:
             truth_dir = write_reference_outputs(Path(shapes.artefacts["model"]), samples,
@@ -192,7 +192,7 @@ class HtpVsCpuStage(board_common.BoardStage):
             if out is not None:
                 artefacts[f"{backend}_outputs"] = str(out)
         result = board_common.finish(StageResult(
-            self.name, board_common.status_of(findings), summary or "no outputs to compare",
+            self.name, status_of(findings), summary or "no outputs to compare",
             findings, properties=properties, artefacts=artefacts, data=data), nr)
         if diagnose is not None and result.status == Status.FAILED:
             result = guarded(result, diagnose.run)

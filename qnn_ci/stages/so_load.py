@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from qnn_ci.boards.session import board_session
-from qnn_ci.engine.results import StageResult
+from qnn_ci.engine.results import StageResult, first_error, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import ToolError
 from qnn_ci.stages import board_common
@@ -63,7 +63,7 @@ class SoLoadStage(board_common.BoardStage):
         report = ctx.workdir / "so_load.json"
         report.write_text(json.dumps(nr.to_dict(), indent=2), encoding="utf-8")
         version = nr.board_version.version if nr.board_version else None
-        error = board_common.first_error(nr.findings)
+        error = first_error(nr.findings)
         summary = error or (
             f"{library.name} loaded and ran 1 inference on "
             f"{' and '.join(b.upper() for b in BACKENDS)} on board {board.name} "
@@ -73,11 +73,11 @@ class SoLoadStage(board_common.BoardStage):
             if outcome.log:
                 artefacts[f"{name}_log"] = str(outcome.log)
         findings = type_findings + list(nr.findings) + storage_findings(board, fs_type)
-        summary = board_common.first_error(findings) or summary
+        summary = first_error(findings) or summary
         properties = board_common.run_properties(nr) | {
             "work_root_fs": fs_type or "", "output_files": "native" if native else "float"}
         return board_common.finish(StageResult(
-            self.name, board_common.status_of(findings), summary, findings,
+            self.name, status_of(findings), summary, findings,
             properties=properties,
             artefacts=artefacts,
             data={"board": board.name, "board_qnn_version": version,
