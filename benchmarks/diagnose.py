@@ -136,7 +136,7 @@ def main() -> int:
 
 def advisor(pinned: Path, cal: list[dict], held: list[dict], work: Path) -> None:
     from qnn_ci.diagnose.advisor import advise
-    from qnn_ci.engine.spec import Thresholds
+    from qnn_ci.engine.bounds import Thresholds
     from qnn_ci.tables import get_soc
 
     start = time.perf_counter()

@@ -75,7 +75,7 @@ def _prepare(folder: Path, model: str) -> dict[str, str]:
 def _worker(paths: dict[str, str], samples: int, out: Path) -> None:
     import onnx
 
-    from qnn_ci.engine.spec import Thresholds
+    from qnn_ci.engine.bounds import Thresholds
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import simulate_and_compare
     from qnn_ci.sim.samples import inputs_of, random_samples

@@ -167,7 +167,7 @@ def cls_held_out(cls_pinned: Path, cls_prepared: Any,
     """``cls_prepared`` simulated (in this process) against fp32 on the two held-out
     lines ``text_lines(10)[8:]``, once per run: the serial numbers the real-model
     test checks and the parallel test compares its worker's outputs with."""
-    from qnn_ci.engine.spec import Thresholds
+    from qnn_ci.engine.bounds import Thresholds
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import simulate_and_compare
 
@@ -182,7 +182,7 @@ def cls_unfused_run(cls_pinned: Path, text_lines: Callable[[int], list[dict[str,
     """The classifier with BatchNormalization left unfused (tests.sim.conftest.Unfused),
     made once per run: tests/sim checks the warning and the loss, tests/diagnose
     bisects it."""
-    from qnn_ci.engine.spec import Thresholds
+    from qnn_ci.engine.bounds import Thresholds
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import simulate_and_compare
     from qnn_ci.sim.prepare import prepare_for_htp

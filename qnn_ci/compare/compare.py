@@ -20,8 +20,8 @@ from qnn_ci.compare.outputs import (
 )
 from qnn_ci.compare.resolution import resolve_steps
 from qnn_ci.compare.thresholds import MIN_METRICS, evaluate, failed_metrics, resolve_bounds
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.engine.results import Finding, Severity
-from qnn_ci.engine.spec import Thresholds
 from qnn_ci.util.listing import cut_text
 
 log = logging.getLogger(__name__)

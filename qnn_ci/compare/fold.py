@@ -7,16 +7,17 @@ Two ways to fold a block, chosen by the caller:
   every product is exact and every sum is a float64 sum. NaN/Inf are counted
   and the positions where either side is not finite are left out.
 - ``float32``: two float32 blocks of ``BLOCK`` elements, folded where they lie
-  (in the file's pages): ``e = t - r`` and ``|e|`` in one scratch buffer, BLAS
-  dots on float32 rows of ``ROW`` elements for Σr², Σt², Σe² and Σ|e| (one
-  ``np.vecdot`` call each per block), max/min reductions for max |e| and the
-  peaks; each row's float32 sum is added up in float64. Σrt is not a fifth
-  dot: it is (Σr² + Σt² - Σe²) / 2, the form whose error shrinks with
-  1 - cosine. The test's peak is only looked for in a block where |r| + |e|
-  could beat the peak so far. A block whose sums are not finite (NaN, Inf,
-  float32 overflow) or so small that float32 squares may have underflowed is
-  folded ``exact`` instead: the fast path decides nothing about NaN or tiny
-  values.
+  (in the file's pages): ``e = t - r`` in one scratch buffer, BLAS dots on
+  float32 rows of ``ROW`` elements for Σr², Σt² and Σe² (one ``np.vecdot`` call
+  each per block), each row's float32 sum added up in float64. Σ|e|, max |e|
+  and the peaks (max |r|, max |t|) come from numpy's OpenBLAS in one pass each
+  (``qnn_ci.compare.blas``); without it, from ``|e|`` in place, a dot with ones
+  and max/min reductions. Σrt is not a fourth dot: it is (Σr² + Σt² - Σe²) / 2,
+  the form whose error shrinks with 1 - cosine. The test's peak is only looked
+  for in a block where |r| + |e| could beat the peak so far. A block whose sums
+  are not finite (NaN, Inf, float32 overflow) or so small that float32 squares
+  may have underflowed is folded ``exact`` instead: the fast path decides
+  nothing about NaN or tiny values.
 
 A row's float32 sum carries float32 rounding (a few 1e-8 of it); over many rows
 the float64 totals land within ~1e-9 of the exact pass's (cosine, SNR, PSNR,
@@ -30,6 +31,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from qnn_ci.compare.blas import Kernels, kernels
 
 BLOCK = 1 << 18             # float32 elements per block of the float32 pass (1 MiB per input)
 # Elements per BLAS dot. OpenBLAS splits a dot of more than 10000 elements across
@@ -64,6 +67,7 @@ class Folder:
         self._e32: np.ndarray | None = None
         self._ones: np.ndarray | None = None
         self._sums: np.ndarray | None = None
+        self._kernels: Kernels | None = kernels()
 
     # --- the float32 pass ------------------------------------------------------------
 
@@ -99,17 +103,23 @@ class Folder:
         _row_dots(xr, xr, out[0])
         _row_dots(yr, yr, out[1])
         _row_dots(er, er, out[2])
-        np.abs(er, out=er)
-        _row_dots(er, ones, out[3])                 # Σ|e| per row (ones broadcast)
-        rr, tt, ee, sa = out.sum(axis=1, dtype=np.float64).tolist()
-        me = float(_MAX(er, axis=None))
-        px = max(float(_MAX(x)), -float(_MIN(x)))
+        rr, tt, ee = out[:3].sum(axis=1, dtype=np.float64).tolist()
+        blas = self._kernels if x.flags.c_contiguous and y.flags.c_contiguous else None
+        if blas is not None:                        # one pass each, e left signed
+            e = scratch[0, :rows * ROW]
+            sa, me, px = blas.asum(e), blas.amax(e), blas.amax(x)
+        else:
+            np.abs(er, out=er)
+            _row_dots(er, ones, out[3])             # Σ|e| per row (ones broadcast)
+            sa = float(out[3].sum(dtype=np.float64))
+            me = float(_MAX(er, axis=None))
+            px = max(float(_MAX(x)), -float(_MIN(x)))
         if not rr + tt + ee + sa < math.inf:        # NaN, Inf or float32 overflow
             self.exact(x[:k], y[:k], pos)
             return
         py = -1.0                                   # not looked at: cannot raise the peak
         if tt < TINY or (px + me) * SLACK > self.tpeak:
-            py = max(float(_MAX(y)), -float(_MIN(y)))
+            py = blas.amax(y) if blas is not None else max(float(_MAX(y)), -float(_MIN(y)))
         if (rr < TINY and px > 0) or (tt < TINY and py > 0) or (ee < TINY and me > 0):
             self.exact(x[:k], y[:k], pos)           # squares may have underflowed
             return
@@ -124,7 +134,7 @@ class Folder:
         self.tpeak = max(self.tpeak, py)
         first = (-pos) % self.stride
         if first < k:
-            self.samples.append(scratch[0, first:k:self.stride].copy())
+            self.samples.append(np.abs(scratch[0, first:k:self.stride]))
 
     # --- the exact pass ----------------------------------------------------------------
 

@@ -15,8 +15,8 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from qnn_ci.compare.metrics import OutputMetrics
 from qnn_ci.compare.outputs import match_names
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.engine.results import Finding, Severity
-from qnn_ci.engine.spec import Thresholds
 from qnn_ci.errors import UserError
 
 MIN_METRICS = ("cosine", "snr", "psnr")

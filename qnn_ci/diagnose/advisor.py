@@ -69,7 +69,7 @@ from qnn_ci.diagnose.recipes import (
     flags_for,
     yaml_for,
 )
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.errors import UserError
 from qnn_ci.sim.quantize import QuantSettings
 from qnn_ci.sim.samples import Feeds

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from qnn_ci.diagnose.model import FirstDivergence, LayerMetrics
+from qnn_ci.tables import DEFAULT_COSINE
 
 CHANNELS_FIRST = "channels_first"
 CHANNELS_LAST = "channels_last"
@@ -482,8 +483,7 @@ def bounds_for(thresholds: Any, outputs: Sequence[str]) -> dict[str, float]:
     one of ``outputs`` has one (the strictest). An output's absolute bounds
     (max_abs, mean_abs) are never applied to an interior tensor: they are in the
     output's units, and an interior tensor's values may be 100x larger. No cosine
-    bound anywhere: the default (``qnn_ci.engine.spec.DEFAULT_COSINE``)."""
-    from qnn_ci.engine.spec import DEFAULT_COSINE
+    bound anywhere: the default (``qnn_ci.tables.DEFAULT_COSINE``)."""
 
     per = [thresholds.for_output(o) for o in outputs] or [dict(thresholds.default)]
     cosines = [b["cosine"] for b in per if "cosine" in b]

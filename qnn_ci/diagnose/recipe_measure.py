@@ -26,7 +26,7 @@ from typing import Any
 
 from qnn_ci.compare import compare_sets, load_output_set
 from qnn_ci.compare.thresholds import MIN_METRICS
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.sim.quantize import QuantizeResult, QuantSettings
 from qnn_ci.sim.samples import Feeds
 from qnn_ci.tables import SocInfo

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from qnn_ci.tables import DEFAULT_BITWIDTHS, DEFAULT_COSINE, DEFAULT_ROUTE
+from qnn_ci.engine.bounds import Thresholds
+from qnn_ci.tables import DEFAULT_BITWIDTHS, DEFAULT_ROUTE
 
 
 @dataclass(frozen=True)
@@ -156,18 +157,6 @@ class OriginalSpec:
 
     model: Path
     cosine: float = DEFAULT_ORIGINAL_COSINE
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """metric -> bound. Higher-is-better metrics (cosine, snr, psnr) are minimums;
-    error metrics (max_abs, mean_abs) are maximums."""
-
-    default: dict[str, float] = field(default_factory=lambda: {"cosine": DEFAULT_COSINE})
-    per_output: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    def for_output(self, name: str) -> dict[str, float]:
-        return {**self.default, **self.per_output.get(name, {})}
 
 
 @dataclass(frozen=True)

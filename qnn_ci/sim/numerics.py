@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from qnn_ci.compare import accuracy_rule, compare_sets, load_output_set, sanitize
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.engine.results import Finding, Severity
-from qnn_ci.engine.spec import Thresholds
 from qnn_ci.sim.samples import Feeds
 from qnn_ci.sim.sessions import Outputs, cpu_session, run_all
 from qnn_ci.tables import SocInfo

@@ -22,8 +22,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
-from qnn_ci.engine.spec import ExportSpec, Thresholds
+from qnn_ci.engine.spec import ExportSpec
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages import board_common
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.boards.session import board_session
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.engine.results import Finding, Severity, StageResult, Status, first_error, status_of
-from qnn_ci.engine.spec import Thresholds
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import ToolError
 from qnn_ci.stages import board_common

@@ -12,9 +12,10 @@ import pytest
 
 from fixtures.qairt_standin.net_run import make_board, set_faults
 from fixtures.sshd import free_port
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.engine.pipeline import NO_CACHE
 from qnn_ci.engine.results import Severity, StageResult, Status
-from qnn_ci.engine.spec import ExportSpec, TargetSpec, Thresholds
+from qnn_ci.engine.spec import ExportSpec, TargetSpec
 from qnn_ci.engine.stage import Environment, StageContext
 from qnn_ci.stages.htp_vs_cpu import HtpVsCpuStage
 from qnn_ci.stages.so_load import SoLoadStage

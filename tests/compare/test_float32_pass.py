@@ -7,12 +7,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qnn_ci.compare import fold
+from qnn_ci.compare import blas, fold
 from qnn_ci.compare.metrics import FLOAT32_FROM, MetricsAccumulator, compute_metrics
 from tests.compare.conftest import reference_metrics
 
 EXACT = 1 << 62                     # float32_from that keeps every output on the exact pass
 REL = 1e-6                          # what the float32 pass promises for the sums' metrics
+
+
+@pytest.fixture(autouse=True, params=["openblas", "numpy"])
+def reductions(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs twice: Σ|e| and the maxima from numpy's OpenBLAS, and
+    from numpy's own passes (what a numpy built on another BLAS does)."""
+    if request.param == "numpy":
+        monkeypatch.setenv(blas.ENV_OFF, "1")
+        assert blas.kernels() is None
+    else:
+        monkeypatch.delenv(blas.ENV_OFF, raising=False)
+        if blas.kernels() is None:
+            pytest.skip("numpy is not built with OpenBLAS")
+    return str(request.param)
 
 
 def assert_close(m, ref: np.ndarray, test: np.ndarray) -> None:
@@ -187,3 +201,12 @@ def test_both_row_dot_kernels_agree(rng):
         fold._vecdot_rows(a, other, two)
         np.testing.assert_allclose(one, want, rtol=1e-4)
         np.testing.assert_allclose(two, want, rtol=1e-4)
+
+
+def test_strided_inputs_take_numpy_passes_to_the_same_numbers(rng):
+    """OpenBLAS is handed contiguous blocks only; a strided view is folded with numpy."""
+    n = 2 * fold.BLOCK + 5
+    ref = rng.standard_normal(2 * n).astype(np.float32)[::2]
+    test = (ref + 0.01 * rng.standard_normal(n)).astype(np.float32)[::-1][::-1]
+    assert not ref.flags.c_contiguous
+    assert_close(compute_metrics(ref, test, float32_from=0), ref, test)

@@ -11,7 +11,7 @@ import numpy as np
 from qnn_ci.compare.compare import compare_sets
 from qnn_ci.compare.outputs import load_output_set
 from qnn_ci.compare.thresholds import apply_thresholds
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.bounds import Thresholds
 
 
 def _npy_sets(root: Path, outputs: dict[str, tuple[list[np.ndarray], list[np.ndarray]]]

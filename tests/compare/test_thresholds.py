@@ -14,8 +14,8 @@ from qnn_ci.compare.thresholds import (
     parse_threshold,
     resolve_bounds,
 )
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.engine.results import Severity
-from qnn_ci.engine.spec import Thresholds
 from qnn_ci.errors import UserError
 
 

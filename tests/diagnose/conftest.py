@@ -33,7 +33,7 @@ class Checked:
 def check(model: Path, folder: Path, calibration: list[dict[str, Any]],
           held_out: list[dict[str, Any]], settings: Any, *, fuse: bool = True,
           thresholds: Any = None) -> Checked:
-    from qnn_ci.engine.spec import Thresholds
+    from qnn_ci.engine.bounds import Thresholds
     from qnn_ci.sim.ep import sim_target
     from qnn_ci.sim.numerics import simulate_and_compare
     from qnn_ci.sim.prepare import prepare_for_htp

@@ -28,7 +28,7 @@ from qnn_ci.diagnose.model import (
     recipe_line,
 )
 from qnn_ci.diagnose.recipe_measure import parameters, same_parameters
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.sdk.encodings import read_encodings
 from qnn_ci.sim.quantize import QuantSettings, quantize_for_htp
 from qnn_ci.sim.sessions import cpu_session, run_all

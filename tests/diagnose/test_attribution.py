@@ -11,7 +11,7 @@ import pytest
 from qnn_ci.compare import compare_sets, load_output_set
 from qnn_ci.diagnose.attribution import BOARD_LABELS, attribute, error_size
 from qnn_ci.diagnose.model import BOTH, HTP, NONE, QUANTIZATION
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.sim.numerics import write_outputs
 
 RNG = np.random.default_rng(5)

@@ -16,7 +16,7 @@ from qnn_ci.diagnose.layers import (
     layer_report,
     tensor_stats,
 )
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.bounds import Thresholds
 
 RNG = np.random.default_rng(11)
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from qnn_ci.diagnose.model import FAILS_SIM, REJECTED, SIMULATOR
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.bounds import Thresholds
 from tests.conftest import once_per_run
 from tests.diagnose.conftest import Checked, check
 from tests.sim.conftest import needs_sim, pin_model

@@ -17,7 +17,7 @@ from qnn_ci.diagnose.intermediates import float_tensors
 from qnn_ci.diagnose.model import HTP, NONE, QUANTIZATION
 from qnn_ci.diagnose.sim import diagnose_sim
 from qnn_ci.diagnose.sweep import float_model_of
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.bounds import Thresholds
 from tests.diagnose.conftest import Checked, check
 from tests.diagnose.graphs import COLLAPSE_NODE, collapse_samples
 from tests.sim.conftest import Unfused, needs_sim

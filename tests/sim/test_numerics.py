@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qnn_ci.engine.spec import Thresholds
+from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.sim.check import check_htp
 from qnn_ci.sim.ep import sim_target
 from qnn_ci.sim.numerics import output_steps, simulate_and_compare
