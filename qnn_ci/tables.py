@@ -290,3 +290,43 @@ DLC_TYPE_PREFIXES: dict[str, str] = {
 # (``--model``, with ``--dlc_path``) and the HTP backend, in the SDK's host lib folder.
 DLC_MODEL_LIB = "libQnnModelDlc.so"
 HTP_BACKEND_LIB = "libQnnHtp.so"
+
+
+# --- Qualcomm AI Hub (`transport: ai-hub` boards; docs/ai-hub.md) -----------------------
+# Facts from the `qai-hub` 0.56 client and the formats page (section 8). Device
+# attributes that name the SoC: `soc-model:<id>` (the SDK's SoC id, as in SOCS),
+# `chipset:<name>` and `hexagon:v<arch>`. Chipset names per SoC: those the formats page
+# and the client's examples show, plus the plausible spellings of the rest (not
+# confirmed: a `-proxy` suffix and a `qualcomm-` prefix are taken off before the lookup,
+# and a SoC's own name always matches).
+HUB_CHIPSETS: dict[str, str] = {
+    "qcs6490": "QCS6490", "qcm6490": "QCS6490",
+    "sm7325": "SM7325", "snapdragon-778g": "SM7325",
+    "sm8350": "SM8350", "snapdragon-888": "SM8350",
+    "sa8295p": "SA8295", "sa8295": "SA8295",
+    "sm8450": "SM8450", "snapdragon-8gen1": "SM8450",
+    "sm8550": "SM8550", "snapdragon-8gen2": "SM8550",
+    "qcs8550": "QCS8550",
+    "sm8650": "SM8650", "snapdragon-8gen3": "SM8650",
+    "sm8750": "SM8750", "snapdragon-8-elite": "SM8750",
+    "sm8850": "SM8850", "snapdragon-8-elite-gen5": "SM8850",
+}
+HUB_TOKEN_ENV = "QAI_HUB_API_TOKEN"        # default variable a board entry reads its token from
+# The export's bit widths (weights, activations) -> `--quantize_full_type`.
+HUB_QUANTIZE_TYPES: dict[tuple[int, int], str] = {
+    (8, 8): "int8", (16, 16): "int16", (8, 16): "w8a16", (4, 16): "w4a16", (4, 8): "w4a8",
+}
+HUB_TARGET_RUNTIME = "qnn_context_binary"   # what the classic route's context binary is
+HUB_COMPUTE_UNITS: tuple[str, ...] = ("NPU", "GPU", "CPU")
+
+
+def soc_of_hub_chipset(chipset: str) -> SocInfo | None:
+    """The SoC an AI Hub ``chipset:`` attribute names, or None when it is not known."""
+    name = chipset.strip().lower().removeprefix("chipset:")
+    name = name.removesuffix("-proxy").removeprefix("qualcomm-")
+    return find_soc(HUB_CHIPSETS.get(name, name))
+
+
+def soc_of_hub_model(soc_model: int) -> SocInfo | None:
+    """The SoC whose SDK id is an AI Hub ``soc-model:`` attribute's number."""
+    return next((s for s in SOCS if s.sdk_soc_id == soc_model), None)

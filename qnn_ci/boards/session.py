@@ -81,7 +81,12 @@ def board_session(board: BoardConfig, environ: Mapping[str, str], *,
 
 
 def board_fingerprint(board: BoardConfig) -> dict[str, Any]:
-    """What identifies the board and the tools on it for a cache key."""
+    """What identifies the board and the tools on it for a cache key (an AI Hub
+    board: the device and the service, never the token)."""
+    if board.transport == "ai-hub":
+        return {"board": board.name, "soc": board.soc, "transport": board.transport,
+                "device": board.device, "chipset": board.chipset, "api_url": board.api_url,
+                "project": board.project, "options": board.options}
     return {"board": board.name, "soc": board.soc, "transport": board.transport,
             "host": board.host,
             "port": board.port, "serial": board.serial, "qnn_lib_dir": board.qnn_lib_dir,

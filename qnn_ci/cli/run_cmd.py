@@ -177,7 +177,7 @@ def _expected(o: Opened, export: str, only: set[str] | None) -> list[str]:
     todo = list(want)
     while todo:
         stage = o.pipeline.stages.get(todo.pop())
-        for need in stage.needs_for(spec) if stage else ():
+        for need in stage.needs_for(spec, o.pipeline.env) if stage else ():
             if need in names and need not in want:
                 want.add(need)
                 todo.append(need)

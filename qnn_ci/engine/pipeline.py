@@ -191,7 +191,7 @@ class Pipeline:
             return StageResult(stage_name, Status.SKIPPED, reason, data={"reason": reason})
         planned = self._planned_names(export)
         upstream: dict[str, StageResult] = {}
-        for need in stage.needs_for(export):
+        for need in stage.needs_for(export, self.env):
             if need not in self.stages or need not in planned:
                 continue
             res = self.result(export_name, need)

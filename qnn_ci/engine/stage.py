@@ -88,10 +88,14 @@ class Stage:
         a stage of the other route. An override calls this too."""
         return self.route is None or self.route == export.route
 
-    def needs_for(self, export: ExportSpec) -> tuple[str, ...]:
+    def needs_for(self, export: ExportSpec, env: Environment | None = None
+                  ) -> tuple[str, ...]:
         """The upstream stages of ``export`` this stage needs: ``needs``, unless they
-        differ by export (``context_run`` reads another binary on each route). The
-        engine reads needs only through this (planning, blocked-by, cache keys)."""
+        differ by export (``context_run`` reads another binary on each route) or by
+        the board it runs on (an AI Hub board compiles from the pinned model). The
+        engine reads needs only through this (planning, blocked-by, cache keys).
+        ``env`` None: before the run's boards are known; a stage whose needs depend
+        on them gives every need it may have."""
         return self.needs
 
     def possible_needs(self) -> tuple[str, ...]:

@@ -20,7 +20,8 @@ from qnn_ci.transport.config import BoardConfig
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-TRANSPORTS = ("ssh", "adb", "local")
+TRANSPORTS = ("ssh", "adb", "local", "ai-hub")
+SHELL_TRANSPORTS = ("ssh", "adb", "local")      # the boards qnn-ci runs commands on
 HOST_KEY_POLICIES = ("reject", "accept-new", "ignore")
 
 
@@ -31,6 +32,7 @@ class _Field:
     kind: str                     # str, abs, int, number, path, env, enum
     help: str
     only: str | None = None       # the one transport the key applies to
+    shell: bool = False           # applies to boards with a shell only (not ai-hub)
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
@@ -53,26 +55,49 @@ _FIELDS: dict[str, _Field] = {
     "serial": _Field("str", "ADB serial (host:port for TCP devices).", only="adb"),
     "adb_server_port": _Field("int", "Port of the adb server to use (default 5037).",
                               only="adb", minimum=1, maximum=65535),
-    "qnn_lib_dir": _Field("abs", "Folder on the board with the QNN backend libraries."),
-    "net_run": _Field("str", "qnn-net-run on the board: an absolute path or a name on PATH."),
-    "work_root": _Field("abs", "Scratch folder on the board (default /tmp/qnn-ci: tmpfs)."),
-    "env": _Field("env", "Environment variables for every command on the board."),
+    "qnn_lib_dir": _Field("abs", "Folder on the board with the QNN backend libraries.",
+                          shell=True),
+    "net_run": _Field("str", "qnn-net-run on the board: an absolute path or a name on PATH.",
+                      shell=True),
+    "work_root": _Field("abs", "Scratch folder on the board (default /tmp/qnn-ci: tmpfs).",
+                        shell=True),
+    "env": _Field("env", "Environment variables for every command on the board.", shell=True),
     "timeout_s": _Field("number", "Time limit per board command, seconds.", minimum=0,
-                        exclusive_min=True),
+                        exclusive_min=True, shell=True),
     "connect_timeout_s": _Field("number", "Time limit to connect, seconds.", minimum=0,
-                                exclusive_min=True),
+                                exclusive_min=True, shell=True),
     "retries": _Field("int", "Reconnect attempts after a connection error.", minimum=0,
-                      maximum=20),
-    "retry_delay_s": _Field("number", "Pause before each reconnect, seconds.", minimum=0),
+                      maximum=20, shell=True),
+    "retry_delay_s": _Field("number", "Pause before each reconnect, seconds.", minimum=0,
+                            shell=True),
     "lock_max_age_s": _Field("number", "Age, seconds, after which another host's lock on "
                              "the board counts as stale and is taken over (default 21600: "
                              "6 h; longer than your longest board run).", minimum=0,
-                             exclusive_min=True),
+                             exclusive_min=True, shell=True),
     "lock_timeout_s": _Field("number", "How long a board stage waits for the board's lock "
                              "while another run holds it, seconds (default 300); the wait "
-                             "is logged every 30 s.", minimum=0),
+                             "is logged every 30 s.", minimum=0, shell=True),
+    "device": _Field("str", "The AI Hub device to run on, by name (e.g. 'RB3 Gen 2 (Proxy)').",
+                     only="ai-hub"),
+    "chipset": _Field("str", "Or the AI Hub chipset attribute (e.g. qualcomm-qcs6490-proxy): "
+                      "the first device that has it.", only="ai-hub"),
+    "token_env": _Field("envname", "The environment variable that holds the AI Hub API token "
+                        "(default QAI_HUB_API_TOKEN); the token itself never goes in a file.",
+                        only="ai-hub"),
+    "project": _Field("str", "The AI Hub project jobs are filed under.", only="ai-hub"),
+    "options": _Field("str", "Extra AI Hub compile options (e.g. --compute_unit npu).",
+                      only="ai-hub"),
+    "api_url": _Field("str", "The AI Hub API address (default: AI Hub's own).", only="ai-hub"),
+    "job_timeout_s": _Field("number", "Time limit per AI Hub job, submission to end, seconds "
+                            "(default 3600).", only="ai-hub", minimum=0, exclusive_min=True),
 }
-_REQUIRED = {"ssh": ("host", "key_file"), "adb": ("serial",), "local": ()}
+_REQUIRED = {"ssh": ("host", "key_file"), "adb": ("serial",), "local": (), "ai-hub": ()}
+
+
+def _applies(f: _Field, transport: str) -> bool:
+    if f.only is not None:
+        return f.only == transport
+    return not f.shell or transport in SHELL_TRANSPORTS
 
 
 def _schema_for(f: _Field) -> dict[str, Any]:
@@ -81,6 +106,8 @@ def _schema_for(f: _Field) -> dict[str, Any]:
         s = {"type": "string", "enum": list(f.choices)}
     elif f.kind in ("str", "path"):
         s = {"type": "string", "minLength": 1}
+    elif f.kind == "envname":
+        s = {"type": "string", "pattern": "^" + _ENV_NAME.pattern[:-2] + "$"}
     elif f.kind == "abs":
         s = {"type": "string", "pattern": "^/"}
     elif f.kind == "env":
@@ -105,9 +132,10 @@ BOARD_SCHEMA: dict[str, Any] = {
     "allOf": [
         {"if": {"properties": {"transport": {"const": t}}, "required": ["transport"]},
          "then": {"required": list(req),
-                  "properties": {k: False for k, f in _FIELDS.items() if f.only not in (None, t)}}}
+                  "properties": {k: False for k, f in _FIELDS.items() if not _applies(f, t)}}}
         for t, req in _REQUIRED.items()
-    ],
+    ] + [{"if": {"properties": {"transport": {"const": "ai-hub"}}, "required": ["transport"]},
+          "then": {"anyOf": [{"required": ["device"]}, {"required": ["chipset"]}]}}],
 }
 BOARDS_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -146,6 +174,11 @@ def _value(ctx: _Ctx, path: KeyPath, f: _Field, value: Any) -> Any:
             hint = _did_you_mean(str(value), list(f.choices))
             raise ctx.error(path, f"{key} must be one of {', '.join(f.choices)}, "
                                   f"got {value!r}{hint}")
+        return value
+    if f.kind == "envname":
+        if not isinstance(value, str) or not _ENV_NAME.match(value):
+            raise ctx.error(path, f"{key} must name an environment variable (letters, digits, "
+                                  f"'_'), got {value!r}; put the token itself in that variable")
         return value
     if f.kind in ("str", "path", "abs"):
         if not isinstance(value, str) or not value.strip():
@@ -205,11 +238,19 @@ def _parse_board(ctx: _Ctx, name: Any, raw: Any) -> BoardConfig:
         if f.only and f.only != transport:
             raise ctx.error((name, key), f"{key} applies to {f.only} boards only, not to "
                                          f"this {transport} board; remove it")
+        if not _applies(f, transport):
+            raise ctx.error((name, key), f"{key} applies to boards qnn-ci runs commands on "
+                                         f"({', '.join(SHELL_TRANSPORTS)}), not to this "
+                                         f"{transport} board (AI Hub runs jobs); remove it")
         values[key] = _value(ctx, (name, key), f, value)
     for key in _REQUIRED[transport]:
         if key not in values:
             raise ctx.error((name,), f"{transport} board {name} needs {key}: "
                                      f"({_FIELDS[key].help})")
+    if transport == "ai-hub" and "device" not in values and "chipset" not in values:
+        raise ctx.error((name,), f"ai-hub board {name} needs device: (an AI Hub device name, "
+                                 "e.g. 'RB3 Gen 2 (Proxy)') or chipset: (e.g. "
+                                 "qualcomm-qcs6490-proxy)")
     if "soc" in values:
         line = line_of(ctx.lines, (*ctx.prefix, name, "soc"))
         values["soc"] = get_soc(values["soc"], file=str(ctx.source), line=line,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from qnn_ci.errors import UserError
+from qnn_ci.report.hub_links import hub_jobs
 from qnn_ci.report.plots import ChartBatch, histogram_html, num, same_shown, trend_html
 from qnn_ci.report.report_data import ReportInput, StageEntry, stage_order
 from qnn_ci.report.trend_data import Trends
@@ -318,6 +319,11 @@ def _stage_table(ex: _Export) -> str:
                         if f not in s.summary)
         if len(s.findings) > 8:
             finds += f'<div class="find">(+{len(s.findings) - 8} more)</div>'
+        jobs = hub_jobs(s.properties)
+        if jobs:
+            finds += '<div class="find">AI Hub: ' + ", ".join(
+                f'<a href="{escape(url)}">{escape(kind)} job {escape(job)}</a>'
+                for kind, job, url in jobs) + "</div>"
         cached = ' <span class="meta">(cached)</span>' \
             if s.properties.get("cached", "").lower() == "true" else ""
         rows.append(f"<tr><td>{escape(s.stage)}</td><td>{_badge(s.status)}</td>"

@@ -11,6 +11,7 @@ from pathlib import Path
 from qnn_ci.engine.internal_error import crash_log
 from qnn_ci.engine.results import StageResult, Status
 from qnn_ci.report import diagnosis_summary
+from qnn_ci.report.hub_links import hub_jobs
 from qnn_ci.util.listing import shown
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -159,6 +160,11 @@ def markdown_summary(rows: list[Row], *, title: str = "qnn-ci", interrupted: str
                 block.append(f"| | | ↳ {_cell(f.message, 200)} |")
             if more:
                 block.append(f"| | | ↳ (+{more} more: see the JUnit report) |")
+            jobs = hub_jobs(r.result.properties)
+            if jobs:
+                block.append("| | | ↳ AI Hub: " + ", ".join(
+                    f"[{kind} job {_cell(job, 40)}]({url.replace(')', '%29')})"
+                    for kind, job, url in jobs) + " |")
         block.append("")
         for r in failed_first:
             if r.result.status == Status.FAILED:

@@ -103,7 +103,7 @@ def open_pipeline(path: Path, opts: Options) -> Opened:
     notes: list[str] = []
     env = make_environment(opts, manifest, notes=notes)
     selected = [e.name for e in manifest.exports if not opts.exports or e.name in opts.exports]
-    stages = load_stages_for(set(opts.stages), manifest.exports) if opts.stages \
+    stages = load_stages_for(set(opts.stages), manifest.exports, env) if opts.stages \
         else load_stages()
     opened = Opened(manifest, Pipeline(manifest.exports, env, stages=stages), selected, notes)
     if opts.changed_since:

@@ -36,14 +36,52 @@ def unavailable(export: ExportSpec, env: Environment) -> str | None:
     return board_problem(export, env.boards, env.board_override)
 
 
+def on_hub(export: ExportSpec, env: Environment | None) -> bool:
+    """The export's board (here) is a Qualcomm AI Hub device (``transport: ai-hub``)."""
+    from qnn_ci.transport.config import HUB
+
+    if env is None or unavailable(export, env):
+        return False
+    return bool(the_board_of(export, env).transport == HUB)
+
+
+def the_board_of(export: ExportSpec, env: Environment) -> BoardConfig:
+    return resolve_board(export, env.boards, env.board_override)
+
+
+def hub_unavailable(stage: Stage, export: ExportSpec, env: Environment) -> str | None:
+    """Why ``stage`` does not run for ``export`` on its AI Hub board, else None."""
+    from qnn_ci.hub.client import hub_problem
+    from qnn_ci.hub.guard import fork_problem
+
+    board = the_board_of(export, env)
+    if not getattr(stage, "runs_on_hub", False):
+        return (f"board {board.name} is an AI Hub board: {stage.name} runs qnn-net-run on a "
+                "board with a shell; on AI Hub, context_binary compiles the model and "
+                "context_run runs and profiles it")
+    if export.route != "classic":
+        return (f"board {board.name} is an AI Hub board: the {export.route} route's binary is "
+                "built on the host for qnn-net-run on a board with a shell; for AI Hub use "
+                "route: classic (AI Hub compiles the pinned model itself)")
+    return hub_problem(board, env.environ) or fork_problem(env.environ)
+
+
 def the_board(ctx: StageContext) -> BoardConfig:
-    return resolve_board(ctx.export, ctx.env.boards, ctx.env.board_override)
+    return the_board_of(ctx.export, ctx.env)
 
 
 def fingerprint(ctx: StageContext) -> dict[str, Any]:
     if unavailable(ctx.export, ctx.env):
         return {}
-    return board_fingerprint(the_board(ctx))
+    found = board_fingerprint(the_board(ctx))
+    if on_hub(ctx.export, ctx.env):
+        from qnn_ci.hub.options import compile_options, not_applied
+
+        # What AI Hub is asked: the options (the export's bit widths among them); the
+        # other quantization settings are not sent, but they are in the warning.
+        found |= {"compile_options": compile_options(ctx.export, the_board(ctx).options),
+                  "not_applied": not_applied(ctx.export)}
+    return found
 
 
 class BoardStage(Stage):
@@ -52,9 +90,30 @@ class BoardStage(Stage):
 
     marker = "qnn_board"
     cache_failures = False
+    runs_on_hub: bool = False       # has an AI Hub half (context_binary, context_run)
+    hub_needs: tuple[str, ...] = ()
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
-        return unavailable(export, env)
+        problem = unavailable(export, env)
+        if problem is None and on_hub(export, env):
+            return hub_unavailable(self, export, env)
+        return problem
+
+    def needs_for(self, export: ExportSpec, env: Environment | None = None
+                  ) -> tuple[str, ...]:
+        if not self.runs_on_hub:
+            return self.needs
+        if env is None:     # the boards are not known: an export with a board may be on AI Hub
+            hub = self.hub_needs if export.board else ()
+            return tuple(dict.fromkeys((*self.board_needs(export), *hub)))
+        return self.hub_needs if on_hub(export, env) else self.board_needs(export)
+
+    def board_needs(self, export: ExportSpec) -> tuple[str, ...]:
+        """The needs on a board with a shell."""
+        return self.needs
+
+    def possible_needs(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*super().possible_needs(), *self.hub_needs)))
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         return fingerprint(ctx)

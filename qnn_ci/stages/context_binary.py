@@ -17,11 +17,13 @@ the runtime is named before the load fails with error 5000).
 
 Cached by the library's content, the HTP config and the board's QNN version (read
 from the board when the cache key is made).
+
+On an AI Hub board (``transport: ai-hub``) AI Hub compiles the pinned model instead:
+``context_binary_hub``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -31,6 +33,12 @@ from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, s
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import ToolError, UserError
 from qnn_ci.stages import board_common
+from qnn_ci.stages.context_common import (
+    describe_info,
+    info_properties,
+    sha256_of,
+    utility_stamp,
+)
 from qnn_ci.tables import SocInfo
 
 log = logging.getLogger(__name__)
@@ -40,12 +48,15 @@ class ContextBinaryStage(board_common.BoardStage):
     name = "context_binary"
     needs = ("model_lib", "convert")
     gates = ("fp16_gate",)          # an FP16 graph on v68 aborts: the gate already says why
+    # an AI Hub board: AI Hub compiles the pinned model, calibrated on the samples
+    hub_needs = ("static_shapes", "calibration")
+    runs_on_hub = True
     settings = ("board", "target", "htp_config")
     route = "classic"
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         found = board_common.fingerprint(ctx)
-        if not found:
+        if not found or board_common.on_hub(ctx.export, ctx.env):
             return found
         library = ctx.upstream["model_lib"].artefacts.get("library")
         found["library_sha256"] = sha256_of(Path(library)) if library else None
@@ -54,6 +65,10 @@ class ContextBinaryStage(board_common.BoardStage):
         return found
 
     def run(self, ctx: StageContext) -> StageResult:
+        if board_common.on_hub(ctx.export, ctx.env):
+            from qnn_ci.stages.context_binary_hub import run_compile
+
+            return run_compile(self.name, ctx)
         from qnn_ci.boards.context_build import build_context
         from qnn_ci.boards.session import board_session
         from qnn_ci.transport.base import TransportError
@@ -160,45 +175,3 @@ def _read_binary(ctx: StageContext, binary: Path, soc: SocInfo | None,
     found += check_context(info, soc=soc, expected=expected_io(ctx),
                            runtime_qnn_version=runtime, subject=binary.name)
     return info, found
-
-
-def utility_stamp(ctx: StageContext) -> str | None:
-    """The host SDK's qnn-context-binary-utility (path, size, mtime), or None."""
-    from qnn_ci.sdk.context_info import context_utility
-    from qnn_ci.sdk.locate import sdk_root_for
-
-    tool = context_utility(sdk_root_for(ctx.export, ctx.env))
-    if tool is None:
-        return None
-    st = tool.stat()
-    return f"{tool}:{st.st_size}:{st.st_mtime_ns}"
-
-
-def info_properties(info: Any) -> dict[str, Any]:
-    return {"context.soc": info.soc or "", "context.htp_arch": info.htp_arch or "",
-            "context.vtcm_bytes": info.vtcm_bytes or "",
-            "context.qnn_version": info.qnn_version or "",
-            "context.bytes": info.size_bytes or "",
-            "context.graphs": ", ".join(g.name for g in info.graphs)}
-
-
-def describe_info(info: dict[str, Any] | None) -> str:
-    if not info:
-        return "its metadata could not be read"
-    arch = f"v{info['htp_arch']}" if info.get("htp_arch") else "arch unknown"
-    vtcm = f"{info['vtcm_bytes'] / (1 << 20):g} MiB VTCM" if info.get("vtcm_bytes") \
-        else "VTCM unknown"
-    size = info.get("size_bytes")
-    return (f"{info.get('soc') or 'SoC unknown'}, HTP {arch}, {vtcm}"
-            + (f", {size / (1 << 20):.2f} MiB" if size else ""))
-
-
-def sha256_of(path: Path) -> str | None:
-    try:
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
-    except OSError:
-        return None

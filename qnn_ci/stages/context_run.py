@@ -3,6 +3,8 @@ the way an application loads it — ``qnn-net-run --retrieve_context <bin> --bac
 libQnnHtp.so [--config_file …]`` — on the same inputs as ``htp_vs_cpu``, and judge it.
 On the DLC route (``route: dlc``) the binary is the one built on the host
 (``dlc_context_binary``) and the reference is fp32 onnxruntime: ``context_run_dlc``.
+On an AI Hub board (``transport: ai-hub``) AI Hub runs and profiles the model it
+compiled: ``context_run_hub``.
 
 The CPU backend cannot make context binaries, so the reference stays the CPU run of
 the ``.so`` (``htp_vs_cpu``'s outputs): the context-binary run is held to the
@@ -36,15 +38,22 @@ class ContextRunStage(board_common.BoardStage):
     needs = ("context_binary", "htp_vs_cpu", "calibration", "static_shapes", "convert")
     # route: dlc -- the host-built binary, the DLC's I/O dims and types (qairt-dlc-info)
     dlc_needs = ("dlc_context_binary", "calibration", "static_shapes", "dlc_quantize")
+    # an AI Hub board: AI Hub's compiled model, the samples, the pinned model (truth)
+    hub_needs = ("context_binary", "calibration", "static_shapes")
+    runs_on_hub = True
     settings = ("board", "thresholds", "target", "native_outputs", "latency", "htp_config")
 
-    def needs_for(self, export: ExportSpec) -> tuple[str, ...]:
+    def board_needs(self, export: ExportSpec) -> tuple[str, ...]:
         return self.dlc_needs if export.route == "dlc" else self.needs
 
     def possible_needs(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*self.needs, *self.dlc_needs)))
+        return tuple(dict.fromkeys((*self.needs, *self.dlc_needs, *self.hub_needs)))
 
     def run(self, ctx: StageContext) -> StageResult:
+        if board_common.on_hub(ctx.export, ctx.env):
+            from qnn_ci.stages.context_run_hub import run_on_hub
+
+            return run_on_hub(self.name, ctx)
         if ctx.export.route == "dlc":
             from qnn_ci.stages.context_run_dlc import run_dlc
 

@@ -47,14 +47,14 @@ class DlcContextBinaryStage(dlc_common.DlcStage):
     libs = (DLC_MODEL_LIB, HTP_BACKEND_LIB)
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
-        from qnn_ci.stages.context_binary import utility_stamp
+        from qnn_ci.stages.context_common import utility_stamp
 
         return super().fingerprint(ctx) | {"host_utility": utility_stamp(ctx)}
 
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.sdk.dlc_run import build_host_context
         from qnn_ci.sdk.model_lib import library_name
-        from qnn_ci.stages.context_binary import info_properties, sha256_of
+        from qnn_ci.stages.context_common import info_properties, sha256_of
         from qnn_ci.stages.sdk_common import mark_transient
 
         export = ctx.export
@@ -227,7 +227,7 @@ def _read_binary(ctx: StageContext, sdk: Sdk, binary: Path, soc: SocInfo, info: 
 
 
 def _summary(built: HostContext, data: dict[str, Any], soc: SocInfo) -> str:
-    from qnn_ci.stages.context_binary import describe_info
+    from qnn_ci.stages.context_common import describe_info
 
     if built.binary is None:
         return "no context binary"

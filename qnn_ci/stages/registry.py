@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Iterable
 
 from qnn_ci.engine.spec import ExportSpec
-from qnn_ci.engine.stage import STAGE_ORDER, Stage
+from qnn_ci.engine.stage import STAGE_ORDER, Environment, Stage
 
 
 def load_stages(names: tuple[str, ...] = STAGE_ORDER) -> dict[str, Stage]:
@@ -34,12 +34,13 @@ def load_stages(names: tuple[str, ...] = STAGE_ORDER) -> dict[str, Stage]:
     return stages
 
 
-def load_stages_for(selected: set[str], exports: Iterable[ExportSpec] | None = None
-                    ) -> dict[str, Stage]:
+def load_stages_for(selected: set[str], exports: Iterable[ExportSpec] | None = None,
+                    env: Environment | None = None) -> dict[str, Stage]:
     """The stages a run of only ``selected`` needs: those, and what they need (of their
     own export and of peers), transitively; in pipeline order. Other stage modules
     are not imported. A stage's needs may differ by export (``Stage.needs_for``):
-    those of ``exports`` are followed, else every need it may have."""
+    those of ``exports`` are followed (on the boards of ``env``, when given), else
+    every need it may have."""
     exports = list(exports) if exports is not None else None
     want = set(selected) & set(STAGE_ORDER)
     loaded: dict[str, Stage] = {}
@@ -49,7 +50,7 @@ def load_stages_for(selected: set[str], exports: Iterable[ExportSpec] | None = N
         for name, stage in load_stages(todo).items():
             loaded[name] = stage
             needs = stage.possible_needs() if exports is None else tuple(
-                n for e in exports for n in stage.needs_for(e))
+                n for e in exports for n in stage.needs_for(e, env))
             want.update(n for n in (*needs, *stage.peer_needs, *stage.gates, *stage.reads)
                         if n in STAGE_ORDER)
     return {n: loaded[n] for n in STAGE_ORDER if n in loaded}

@@ -6,12 +6,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-TransportKind = Literal["ssh", "adb", "local"]
+from qnn_ci.tables import HUB_TOKEN_ENV
+
+TransportKind = Literal["ssh", "adb", "local", "ai-hub"]
+HUB = "ai-hub"
 
 
 @dataclass(frozen=True)
 class BoardConfig:
-    """One board as declared: how to reach it (SSH or ADB) and what it has."""
+    """One board as declared: how to reach it (SSH, ADB, or Qualcomm AI Hub's jobs)
+    and what it has."""
 
     name: str
     transport: TransportKind
@@ -26,6 +30,15 @@ class BoardConfig:
     # adb
     serial: str | None = None
     adb_server_port: int | None = None
+    # ai-hub (qnn_ci.hub): a device of Qualcomm AI Hub; the token is read from the
+    # environment variable ``token_env`` names, never from a file qnn-ci reads
+    device: str | None = None                # an AI Hub device name
+    chipset: str | None = None               # or a chipset attribute (the first such device)
+    token_env: str = HUB_TOKEN_ENV
+    project: str | None = None
+    options: str = ""                        # extra compile options, e.g. --compute_unit npu
+    api_url: str | None = None               # None: the client's default (AI Hub itself)
+    job_timeout_s: float = 3600.0            # per job, submission to its end
     # on the board
     qnn_lib_dir: str = "/usr/lib"
     net_run: str = "qnn-net-run"             # the tool's path on the board

@@ -20,4 +20,7 @@ def open_transport(board: BoardConfig) -> Transport:
         from qnn_ci.transport.local import LocalTransport
 
         return LocalTransport(board)
+    if board.transport == "ai-hub":
+        raise ValueError(f"board {board.name} is an AI Hub board: it runs jobs (qnn_ci.hub), "
+                         "not commands")
     raise ValueError(f"board {board.name}: unknown transport {board.transport!r}")

@@ -75,7 +75,8 @@ class _ByRoute(_Rec):
     name = "last"
     needs = ("left",)
 
-    def needs_for(self, export: ExportSpec) -> tuple[str, ...]:
+    def needs_for(self, export: ExportSpec, env: Environment | None = None
+                  ) -> tuple[str, ...]:
         return ("right",) if export.route == "dlc" else self.needs
 
 

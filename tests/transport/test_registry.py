@@ -36,6 +36,16 @@ boards:
     timeout_s: 30
     lock_max_age_s: 7200
     lock_timeout_s: 45
+  hub:
+    transport: ai-hub
+    device: RB3 Gen 2 (Proxy)
+    token_env: LAB_HUB_TOKEN
+    options: --compute_unit npu
+    job_timeout_s: 900
+  hub-chip:
+    transport: ai-hub
+    chipset: qualcomm-qcs6490-proxy
+    soc: QCS6490
 """
 
 
@@ -62,6 +72,13 @@ def test_good_file(tmp_path: Path) -> None:
     assert isinstance(open_transport(rb3), SshTransport)
     assert isinstance(open_transport(phone), AdbTransport)
     assert isinstance(open_transport(here), LocalTransport)
+    hub, chip = boards["hub"], boards["hub-chip"]
+    assert (hub.transport, hub.device, hub.token_env, hub.options, hub.job_timeout_s) == (
+        "ai-hub", "RB3 Gen 2 (Proxy)", "LAB_HUB_TOKEN", "--compute_unit npu", 900)
+    assert chip.chipset == "qualcomm-qcs6490-proxy" and chip.device is None
+    assert chip.token_env == "QAI_HUB_API_TOKEN" and chip.api_url is None
+    with pytest.raises(ValueError, match="is an AI Hub board: it runs jobs"):
+        open_transport(hub)
 
 
 @pytest.mark.parametrize(("board", "key", "message"), [
@@ -90,6 +107,17 @@ def test_good_file(tmp_path: Path) -> None:
     ({"transport": "local", "retries": True}, "boards.b.retries", "must be an integer"),
     ({"transport": "local", "soc": "SM8551"}, "boards.b.soc", "unknown SoC"),
     ({"transport": "local", "net_run": "bin/qnn-net-run"}, "boards.b.net_run", "absolute"),
+    ({"transport": "ai-hub"}, "boards.b", "ai-hub board b needs device: (an AI Hub device"),
+    ({"transport": "ai-hub", "device": "d", "host": "h"}, "boards.b.host",
+     "host applies to ssh boards only"),
+    ({"transport": "ai-hub", "device": "d", "work_root": "/tmp/x"}, "boards.b.work_root",
+     "applies to boards qnn-ci runs commands on (ssh, adb, local), not to this ai-hub"),
+    ({"transport": "ai-hub", "device": "d", "token_env": "abc-def"}, "boards.b.token_env",
+     "must name an environment variable"),
+    ({"transport": "ai-hub", "device": "d", "job_timeout_s": 0}, "boards.b.job_timeout_s",
+     "must be > 0"),
+    ({"transport": "ssh", "host": "h", "key_file": "k", "device": "d"}, "boards.b.device",
+     "device applies to ai-hub boards only"),
 ])
 def test_errors_name_file_key_and_fix(tmp_path: Path, board: dict[str, Any], key: str,
                                       message: str) -> None:

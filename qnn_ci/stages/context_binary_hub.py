@@ -1,0 +1,103 @@
+"""``context_binary`` on an AI Hub board (``transport: ai-hub``): AI Hub compiles the
+pinned ONNX model to a QNN context binary for the board's device, quantized as the
+export asks (``--quantize_full_type`` from its bit widths, calibrated on the export's
+calibration samples), and the binary is downloaded and checked like one built on a
+board: what it says it is (SoC, HTP arch, VTCM) against ``target.soc``.
+
+The compile job's id and address go to the result's properties (JUnit, the report);
+the compiled model's AI Hub id is what ``context_run`` runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
+from qnn_ci.engine.stage import StageContext
+from qnn_ci.stages import hub_common
+
+
+def run_compile(stage: str, ctx: StageContext) -> StageResult:
+    from qnn_ci.boards.netrun import select_samples
+    from qnn_ci.hub.client import HubError
+    from qnn_ci.hub.jobs import submit, wait_all
+    from qnn_ci.hub.options import compile_options, not_applied
+    from qnn_ci.stages.context_common import describe_info, info_properties, sha256_of
+
+    opened = hub_common.open_device(stage, ctx)
+    if isinstance(opened, StageResult):
+        return opened
+    hub, device = opened
+    export, board = ctx.export, hub.board
+    shapes, cal = ctx.upstream["static_shapes"], ctx.upstream["calibration"]
+    model = Path(shapes.artefacts["model"])
+    inputs = hub_common.expected_inputs(cal)
+    names = [i.name for i in inputs]
+    _, samples = select_samples(Path(cal.artefacts["input_list"]), names, None)
+    options = compile_options(export, board.options)
+    properties: dict[str, Any] = {"board": board.name, "hub.device": device.name,
+                                  "hub.options": options}
+    findings: list[Finding] = []
+    skipped = not_applied(export)
+    if skipped:
+        findings.append(Finding(
+            "hub.settings_not_applied", f"AI Hub's compile does not take {', '.join(skipped)}: "
+            "the device result is for AI Hub's own quantization of these bit widths",
+            Severity.WARNING))
+    calibration = hub_common.as_arrays(samples, inputs)
+    specs = {i.name: (tuple(i.shape), i.dtype) for i in inputs}
+    try:
+        job = submit(hub, "compile", lambda: hub.client.submit_compile_job(
+            str(model), device.handle(), name=f"qnn-ci {export.name}", input_specs=specs,
+            options=options, calibration_data=calibration, retry=False))
+        properties |= hub_common.job_properties("compile", job)
+        wait_all(hub, [job], progress=ctx.env.progress)
+        target = hub.call("the compiled model", job.job.get_target_model)
+        saved = hub.call("downloading the compiled model",
+                         lambda: job.job.download_target_model(str(ctx.workdir / export.name)))
+    except HubError as exc:
+        return hub_common.error_result(stage, board, exc, properties)
+    if target is not None:
+        properties["hub.target_model"] = str(target.model_id)
+    binary = Path(str(saved)) if saved else None
+    data: dict[str, Any] = {"board": board.name, "device": device.name,
+                            "device_attributes": list(device.attributes),
+                            "compile_job": job.job_id, "options": options}
+    artefacts: dict[str, str] = {}
+    summary = None
+    if binary is None or not binary.is_file():
+        findings.append(Finding("hub.no_artefact", f"{hub.where()}: {job.describe()} ended "
+                                "without a model to download", subject=board.name))
+    else:
+        info, found = _read_binary(binary, hub_common.judged_soc(export, device))
+        findings += found
+        artefacts["binary"] = str(binary)
+        if info is not None:
+            report = ctx.workdir / "context_info.json"
+            report.write_text(json.dumps(info.to_dict(), indent=2, default=str), encoding="utf-8")
+            artefacts["context_info"] = str(report)
+            properties |= info_properties(info)
+            data["context_info"] = info.to_dict()
+        data |= {"binary": str(binary), "binary_sha256": sha256_of(binary),
+                 "binary_bytes": binary.stat().st_size}
+        summary = first_error(findings) or (
+            f"{binary.name} compiled by AI Hub for {device.describe()} ({job.job_id}): "
+            f"{describe_info(data.get('context_info'))}")
+    return StageResult(stage, status_of(findings), summary or first_error(findings)
+                       or "no context binary", findings, properties=properties,
+                       artefacts=artefacts, data=data)
+
+
+def _read_binary(binary: Path, soc: Any) -> tuple[Any, list[Finding]]:
+    from qnn_ci.errors import UserError
+    from qnn_ci.sdk.context_info import check_context, read_context_info
+
+    try:
+        info = read_context_info(binary)
+    except UserError as exc:
+        return None, [Finding("context.unreadable", f"{exc.oneline()}: the binary's SoC, "
+                              "arch and I/O are not checked", Severity.ERROR)]
+    return info, check_context(info, soc=soc, expected=[], runtime_qnn_version=None,
+                               subject=binary.name)
