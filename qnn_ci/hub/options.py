@@ -1,7 +1,14 @@
 """The AI Hub compile options an export asks for: the classic route's artefact (a
-QNN context binary), the export's bit widths as ``--quantize_full_type``, and the
-board entry's own ``options``; and which of the export's quantization settings AI
-Hub's compile does not take (the device result is then for AI Hub's quantization)."""
+QNN context binary), and the board entry's own ``options``. Who quantizes is the
+board's ``quantize``:
+
+- ``qnn-ci`` (default): AI Hub compiles the QDQ model qnn-ci made (``sim_npu``'s,
+  from the export's own quantization settings and calibration samples), whose
+  quantization the compiled graph keeps; the same QDQ model on onnxruntime's CPU is
+  the device's reference, as the CPU backend is a board's.
+- ``ai-hub``: AI Hub quantizes the pinned float model, from the export's bit widths
+  as ``--quantize_full_type``, calibrated on the export's samples; the export's other
+  quantization settings are not AI Hub's to take (``not_applied``)."""
 
 from __future__ import annotations
 
@@ -24,10 +31,14 @@ def quantize_type(export: ExportSpec) -> str:
     return found
 
 
-def compile_options(export: ExportSpec, board_options: str) -> str:
+QNN_CI, AI_HUB = "qnn-ci", "ai-hub"
+
+
+def compile_options(export: ExportSpec, board_options: str, quantize: str = QNN_CI) -> str:
     """The options string of the compile job (``shlex``-quoted)."""
-    parts = ["--target_runtime", HUB_TARGET_RUNTIME, "--quantize_full_type",
-             quantize_type(export)]
+    parts = ["--target_runtime", HUB_TARGET_RUNTIME]
+    if quantize == AI_HUB:
+        parts += ["--quantize_full_type", quantize_type(export)]
     try:
         extra = shlex.split(board_options)
     except ValueError as exc:
@@ -36,8 +47,11 @@ def compile_options(export: ExportSpec, board_options: str) -> str:
     return shlex.join([*parts, *extra])
 
 
-def not_applied(export: ExportSpec) -> list[str]:
-    """The export's quantization settings an AI Hub compile does not take."""
+def not_applied(export: ExportSpec, quantize: str = AI_HUB) -> list[str]:
+    """The export's quantization settings an AI Hub compile does not take (none when
+    AI Hub compiles qnn-ci's QDQ model)."""
+    if quantize != AI_HUB:
+        return []
     q = export.quantization
     found = []
     if q.per_channel:

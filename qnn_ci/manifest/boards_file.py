@@ -88,6 +88,10 @@ _FIELDS: dict[str, _Field] = {
     "options": _Field("str", "Extra AI Hub compile options (e.g. --compute_unit npu).",
                       only="ai-hub"),
     "api_url": _Field("str", "The AI Hub API address (default: AI Hub's own).", only="ai-hub"),
+    "quantize": _Field("enum", "Who quantizes: qnn-ci (default: AI Hub compiles the QDQ model "
+                       "qnn-ci made with the export's settings, run on the CPU as the reference) "
+                       "or ai-hub (AI Hub quantizes from the bit widths).", only="ai-hub",
+                       choices=("qnn-ci", "ai-hub")),
     "job_timeout_s": _Field("number", "Time limit per AI Hub job, submission to end, seconds "
                             "(default 3600).", only="ai-hub", minimum=0, exclusive_min=True),
 }

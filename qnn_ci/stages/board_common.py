@@ -79,8 +79,9 @@ def fingerprint(ctx: StageContext) -> dict[str, Any]:
 
         # What AI Hub is asked: the options (the export's bit widths among them); the
         # other quantization settings are not sent, but they are in the warning.
-        found |= {"compile_options": compile_options(ctx.export, the_board(ctx).options),
-                  "not_applied": not_applied(ctx.export)}
+        board = the_board(ctx)
+        found |= {"compile_options": compile_options(ctx.export, board.options, board.quantize),
+                  "not_applied": not_applied(ctx.export, board.quantize)}
     return found
 
 
@@ -92,6 +93,8 @@ class BoardStage(Stage):
     cache_failures = False
     runs_on_hub: bool = False       # has an AI Hub half (context_binary, context_run)
     hub_needs: tuple[str, ...] = ()
+    # with ``quantize: qnn-ci`` (the default): the QDQ model qnn-ci made
+    QDQ_NEEDS: tuple[str, ...] = ("sim_npu",)
 
     def unavailable(self, export: ExportSpec, env: Environment) -> str | None:
         problem = unavailable(export, env)
@@ -104,16 +107,22 @@ class BoardStage(Stage):
         if not self.runs_on_hub:
             return self.needs
         if env is None:     # the boards are not known: an export with a board may be on AI Hub
-            hub = self.hub_needs if export.board else ()
+            hub = (*self.hub_needs, *self.QDQ_NEEDS) if export.board else ()
             return tuple(dict.fromkeys((*self.board_needs(export), *hub)))
-        return self.hub_needs if on_hub(export, env) else self.board_needs(export)
+        if not on_hub(export, env):
+            return self.board_needs(export)
+        from qnn_ci.hub.options import QNN_CI
+
+        qdq = self.QDQ_NEEDS if the_board_of(export, env).quantize == QNN_CI else ()
+        return (*self.hub_needs, *qdq)
 
     def board_needs(self, export: ExportSpec) -> tuple[str, ...]:
         """The needs on a board with a shell."""
         return self.needs
 
     def possible_needs(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*super().possible_needs(), *self.hub_needs)))
+        hub = (*self.hub_needs, *self.QDQ_NEEDS) if self.runs_on_hub else ()
+        return tuple(dict.fromkeys((*super().possible_needs(), *hub)))
 
     def fingerprint(self, ctx: StageContext) -> dict[str, Any]:
         return fingerprint(ctx)

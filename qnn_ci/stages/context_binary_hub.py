@@ -1,8 +1,12 @@
-"""``context_binary`` on an AI Hub board (``transport: ai-hub``): AI Hub compiles the
-pinned ONNX model to a QNN context binary for the board's device, quantized as the
-export asks (``--quantize_full_type`` from its bit widths, calibrated on the export's
-calibration samples), and the binary is downloaded and checked like one built on a
-board: what it says it is (SoC, HTP arch, VTCM) against ``target.soc``.
+"""``context_binary`` on an AI Hub board (``transport: ai-hub``): AI Hub compiles a
+QNN context binary for the board's device, and the binary is downloaded and checked
+like one built on a board: what it says it is (SoC, HTP arch, VTCM) against
+``target.soc``.
+
+What AI Hub compiles is the board's ``quantize`` (``qnn_ci.hub.options``): the QDQ
+model qnn-ci made (``sim_npu``'s: the export's own quantization settings; the
+default), or the pinned float model, which AI Hub quantizes from the export's bit
+widths (``--quantize_full_type``) on the export's calibration samples.
 
 The compile job's id and address go to the result's properties (JUnit, the report);
 the compiled model's AI Hub id is what ``context_run`` runs.
@@ -14,7 +18,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
+from qnn_ci.engine.results import (
+    Finding,
+    Severity,
+    StageResult,
+    Status,
+    first_error,
+    status_of,
+)
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages import hub_common
 
@@ -23,7 +34,7 @@ def run_compile(stage: str, ctx: StageContext) -> StageResult:
     from qnn_ci.boards.netrun import select_samples
     from qnn_ci.hub.client import HubError
     from qnn_ci.hub.jobs import submit, wait_all
-    from qnn_ci.hub.options import compile_options, not_applied
+    from qnn_ci.hub.options import QNN_CI, compile_options, not_applied
     from qnn_ci.stages.context_common import describe_info, info_properties, sha256_of
 
     opened = hub_common.open_device(stage, ctx)
@@ -32,21 +43,34 @@ def run_compile(stage: str, ctx: StageContext) -> StageResult:
     hub, device = opened
     export, board = ctx.export, hub.board
     shapes, cal = ctx.upstream["static_shapes"], ctx.upstream["calibration"]
-    model = Path(shapes.artefacts["model"])
     inputs = hub_common.expected_inputs(cal)
     names = [i.name for i in inputs]
-    _, samples = select_samples(Path(cal.artefacts["input_list"]), names, None)
-    options = compile_options(export, board.options)
+    options = compile_options(export, board.options, board.quantize)
     properties: dict[str, Any] = {"board": board.name, "hub.device": device.name,
-                                  "hub.options": options}
+                                  "hub.options": options, "hub.quantize": board.quantize}
     findings: list[Finding] = []
-    skipped = not_applied(export)
+    calibration: dict[str, Any] | None = None
+    if board.quantize == QNN_CI:
+        qdq = ctx.upstream["sim_npu"].artefacts.get("qdq_model")
+        if not qdq:
+            text = ("sim_npu made no QDQ model for AI Hub to compile (quantize: qnn-ci); "
+                    "set the board's quantize: ai-hub to let AI Hub quantize")
+            return StageResult(stage, Status.FAILED, text,
+                               [Finding("hub.no_qdq_model", text, subject=board.name)],
+                               properties=properties)
+        model = Path(qdq)
+        properties["hub.model"] = "qnn-ci's QDQ model (sim_npu)"
+    else:
+        model = Path(shapes.artefacts["model"])
+        properties["hub.model"] = "the pinned float model (static_shapes)"
+        _, samples = select_samples(Path(cal.artefacts["input_list"]), names, None)
+        calibration = hub_common.as_arrays(samples, inputs)
+    skipped = not_applied(export, board.quantize)
     if skipped:
         findings.append(Finding(
             "hub.settings_not_applied", f"AI Hub's compile does not take {', '.join(skipped)}: "
             "the device result is for AI Hub's own quantization of these bit widths",
             Severity.WARNING))
-    calibration = hub_common.as_arrays(samples, inputs)
     specs = {i.name: (tuple(i.shape), i.dtype) for i in inputs}
     try:
         job = submit(hub, "compile", lambda: hub.client.submit_compile_job(

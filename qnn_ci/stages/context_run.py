@@ -47,7 +47,8 @@ class ContextRunStage(board_common.BoardStage):
         return self.dlc_needs if export.route == "dlc" else self.needs
 
     def possible_needs(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*self.needs, *self.dlc_needs, *self.hub_needs)))
+        return tuple(dict.fromkeys((*self.needs, *self.dlc_needs, *self.hub_needs,
+                                    *self.QDQ_NEEDS)))
 
     def run(self, ctx: StageContext) -> StageResult:
         if board_common.on_hub(ctx.export, ctx.env):

@@ -2,9 +2,13 @@
 (``context_binary``'s) runs on the device twice, submitted together: an inference
 job on the export's held-out samples and a profile job.
 
-- The outputs are held to the export's thresholds against fp32 onnxruntime (the
-  pinned model on the same samples, on the host): there is no CPU backend on AI
-  Hub, so, as on the DLC route, the truth is the reference (``context_vs_fp32.*``).
+- The outputs, when AI Hub compiled qnn-ci's QDQ model (the board's ``quantize:
+  qnn-ci``, the default), are judged as ``htp_vs_cpu`` judges a board's HTP: against
+  the same QDQ model on onnxruntime's CPU with the export's thresholds
+  (``context_vs_cpu.*``), that CPU run against fp32 onnxruntime (``cpu_vs_fp32``),
+  and onnxruntime's accuracy rule. When AI Hub quantized the model itself
+  (``quantize: ai-hub``) no CPU run of its graph exists: the device is held to the
+  thresholds against the fp32 truth (``context_vs_fp32.*``), as on the DLC route.
 - The profile gives the latency (``latency.*``: the median and p90 of AI Hub's
   inference times), the first and warm load times (``load.init_ms``,
   ``load.warm_ms``), the peak memory, and the compute unit of every layer: a layer
@@ -25,13 +29,14 @@ from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages import hub_common
 
 SHOWN_LAYERS = 5          # off-NPU layers named one by one before "+N more"
+CPU_REFERENCE = "qnn-ci's QDQ model on onnxruntime's CPU"
 
 
 def run_on_hub(stage: str, ctx: StageContext) -> StageResult:
     from qnn_ci.boards.reference import write_reference_outputs
-    from qnn_ci.compare import compare_sets, load_output_set, metric_properties
     from qnn_ci.hub.client import HubError
     from qnn_ci.hub.jobs import submit, wait_all
+    from qnn_ci.hub.options import QNN_CI
     from qnn_ci.hub.profile import read_profile
     from qnn_ci.stages.board_common import board_samples
 
@@ -45,7 +50,7 @@ def run_on_hub(stage: str, ctx: StageContext) -> StageResult:
     inputs = hub_common.expected_inputs(cal)
     which, samples, findings = board_samples(cal, [i.name for i in inputs])
     properties: dict[str, Any] = {"board": board.name, "hub.device": device.name,
-                                  "reference": hub_common.REFERENCE, "sample_source": which,
+                                  "sample_source": which,
                                   "samples": len(samples), "built_on": "ai-hub"}
     try:
         model = _compiled_model(hub, built)
@@ -65,7 +70,7 @@ def run_on_hub(stage: str, ctx: StageContext) -> StageResult:
     except HubError as exc:
         return hub_common.error_result(stage, board, exc, properties)
     data: dict[str, Any] = {"board": board.name, "device": device.name,
-                            "reference": hub_common.REFERENCE, "profile": raw_profile}
+                            "profile": raw_profile}
     profile = read_profile(raw_profile)
     properties |= profile.properties()
     findings += _off_npu(profile, device.name)
@@ -79,19 +84,22 @@ def run_on_hub(stage: str, ctx: StageContext) -> StageResult:
     if written != "missing":
         truth = write_reference_outputs(Path(shapes.artefacts["model"]), samples, inputs,
                                         ctx.workdir / "out_fp32")
-        expected = {o["name"]: ("float32", tuple(o["shape"]) if o.get("shape") else None)
-                    for o in outputs}
-        comp = compare_sets(load_output_set(truth), load_output_set(hub_dir), export.thresholds,
-                            expected=expected)
-        findings += [replace(f, message=f"AI Hub '{device.name}' vs {hub_common.REFERENCE}: "
-                                        f"{f.message}") for f in comp.findings]
-        properties |= metric_properties(comp, "context_vs_fp32", thresholds=export.thresholds)
-        data["comparison"] = comp.to_dict()
         artefacts |= {"htp_outputs": str(hub_dir), "fp32_outputs": str(truth)}
+        qdq = ctx.upstream["sim_npu"].artefacts.get("qdq_model") \
+            if board.quantize == QNN_CI and "sim_npu" in ctx.upstream else None
+        if qdq:
+            cpu = write_reference_outputs(Path(qdq), samples, inputs, ctx.workdir / "out_cpu")
+            artefacts["cpu_outputs"] = str(cpu)
+            comp, rule = _judge_against_cpu(ctx, device.name, truth, cpu, hub_dir, outputs,
+                                            findings, properties, data)
+            reference = f"{CPU_REFERENCE} {comp.summary_line()}; accuracy rule {rule}"
+        else:
+            comp = _judge_against_truth(ctx, device.name, truth, hub_dir, outputs, findings,
+                                        properties, data)
+            reference = f"{hub_common.REFERENCE} {comp.summary_line()}"
         if summary is None:
             summary = first_error(findings) or (
-                f"AI Hub {device.describe()}, {len(samples)} {which} sample(s): vs "
-                f"{hub_common.REFERENCE} {comp.summary_line()}"
+                f"AI Hub {device.describe()}, {len(samples)} {which} sample(s): vs {reference}"
                 + (f"; {profile.describe()}" if profile.describe() else "")
                 + f" (jobs {runs.job_id}, {prof.job_id})")
     report = ctx.workdir / "context_run.json"
@@ -100,6 +108,70 @@ def run_on_hub(stage: str, ctx: StageContext) -> StageResult:
     return StageResult(stage, status_of(findings), summary or first_error(findings)
                        or "no outputs to compare", findings, properties=properties,
                        artefacts=artefacts, data=data)
+
+
+def _expected(outputs: list[dict[str, Any]]) -> dict[str, tuple[str, Any]]:
+    return {o["name"]: ("float32", tuple(o["shape"]) if o.get("shape") else None)
+            for o in outputs}
+
+
+def _labelled(found: list[Finding], label: str) -> list[Finding]:
+    return [replace(f, message=f"{label}: {f.message}") for f in found]
+
+
+def _judge_against_truth(ctx: StageContext, device: str, truth: Path, hub_dir: Path,
+                         outputs: list[dict[str, Any]], findings: list[Finding],
+                         properties: dict[str, Any], data: dict[str, Any]) -> Any:
+    """AI Hub quantized the model itself: no CPU run of its graph exists, so the
+    device is held to the export's thresholds against the fp32 truth."""
+    from qnn_ci.compare import compare_sets, load_output_set, metric_properties
+
+    thresholds = ctx.export.thresholds
+    comp = compare_sets(load_output_set(truth), load_output_set(hub_dir), thresholds,
+                        expected=_expected(outputs))
+    findings += _labelled(comp.findings, f"AI Hub '{device}' vs {hub_common.REFERENCE}")
+    properties |= metric_properties(comp, "context_vs_fp32", thresholds=thresholds)
+    properties["reference"] = hub_common.REFERENCE
+    data["comparison"] = comp.to_dict()
+    return comp
+
+
+def _judge_against_cpu(ctx: StageContext, device: str, truth: Path, cpu: Path, hub_dir: Path,
+                       outputs: list[dict[str, Any]], findings: list[Finding],
+                       properties: dict[str, Any], data: dict[str, Any]) -> tuple[Any, str]:
+    """AI Hub compiled qnn-ci's QDQ model: as ``htp_vs_cpu`` judges a board, the device
+    against the same quantized graph on the CPU (the export's thresholds), that CPU run
+    against the fp32 truth (the quantization's own loss), and onnxruntime's accuracy
+    rule (the device at least as accurate as the CPU run, within 0.4 % of the range)."""
+    from qnn_ci.compare import (
+        DEFAULT_TOLERANCE,
+        accuracy_rule,
+        compare_sets,
+        load_output_set,
+        metric_properties,
+    )
+    from qnn_ci.engine.bounds import Thresholds
+
+    thresholds, expected = ctx.export.thresholds, _expected(outputs)
+    tru, cpu_set, dev = load_output_set(truth), load_output_set(cpu), load_output_set(hub_dir)
+    comp = compare_sets(cpu_set, dev, thresholds, expected=expected)
+    findings += _labelled(comp.findings, f"AI Hub '{device}' vs {CPU_REFERENCE}")
+    cpu_truth = compare_sets(tru, cpu_set, thresholds, expected=expected)
+    findings += _labelled(cpu_truth.findings, f"{CPU_REFERENCE} vs fp32 onnxruntime")
+    dev_truth = compare_sets(tru, dev, Thresholds(default={}), expected=expected)
+    rule = accuracy_rule(tru, cpu_set, dev, DEFAULT_TOLERANCE)
+    findings += _labelled([f for f in rule if f.severity != Severity.INFO],
+                          "accuracy rule vs fp32")
+    held = sum(f.check == "compare.accuracy" and f.severity == Severity.INFO for f in rule)
+    checked = sum(f.check == "compare.accuracy" for f in rule)
+    properties |= metric_properties(comp, "context_vs_cpu", thresholds=thresholds)
+    properties |= metric_properties(cpu_truth, "cpu_vs_fp32", ("cosine",))
+    properties |= metric_properties(dev_truth, "context_vs_fp32", ("cosine",))
+    properties["accuracy_rule"] = f"held on {held} of {checked}"
+    properties["reference"] = CPU_REFERENCE
+    data |= {"comparison": comp.to_dict(),
+             "vs_fp32": {"cpu": cpu_truth.to_dict(), "device": dev_truth.to_dict()}}
+    return comp, properties["accuracy_rule"]
 
 
 def _compiled_model(hub: Any, built: StageResult) -> Any:

@@ -37,6 +37,8 @@ class BoardConfig:
     token_env: str = HUB_TOKEN_ENV
     project: str | None = None
     options: str = ""                        # extra compile options, e.g. --compute_unit npu
+    quantize: str = "qnn-ci"                 # qnn-ci: compile the simulator's QDQ model;
+    #                                          ai-hub: AI Hub quantizes from the bit widths
     api_url: str | None = None               # None: the client's default (AI Hub itself)
     job_timeout_s: float = 3600.0            # per job, submission to its end
     # on the board

@@ -107,16 +107,17 @@ def test_compile_inference_and_profile_through_the_real_client(
         assert outcome(got["a::context_run"]) == "passed"
         assert "so_load" not in " ".join(got)           # --stage: only what is needed
         built, ran = props(got["a::context_binary"]), props(got["a::context_run"])
-        # compile: the pinned model, w8a16 (the default bit widths), calibrated, device pinned
+        # compile (quantize: qnn-ci, the default): sim_npu's QDQ model, device pinned
         (compile_job,) = [j for j in hub.jobs.values() if j.kind == "compile"]
         assert built["hub.compile_job"] == compile_job.job_id
         assert built["hub.compile_url"].endswith(f"/jobs/{compile_job.job_id}/")
-        assert compile_job.options == ("--target_runtime qnn_context_binary "
-                                       "--quantize_full_type w8a16")
+        assert compile_job.options == "--target_runtime qnn_context_binary"
         assert compile_job.device.name == "RB3 Gen 2 (Proxy)"
         assert compile_job.input_specs == {"x": ((1, 8), "float32")}
-        calibration = hub.datasets[str(compile_job.calibration_id)].entries()
-        assert len(calibration["x"]) == 6
+        assert compile_job.calibration_id is None           # qnn-ci quantized it already
+        uploaded = hub.models[compile_job.model_id].data
+        assert uploaded == (tmp_path / "w" / "a" / "sim_npu").joinpath(
+            Path(props(got["a::sim_npu"])["artefact.qdq_model"]).name).read_bytes()
         assert (built["context.soc"], built["context.htp_arch"]) == ("QCS6490", "68")
         # inference on the 2 held-out samples, and a profile job, both on the compiled model
         runs = [j for j in hub.jobs.values() if j.kind == "inference"]
@@ -126,11 +127,16 @@ def test_compile_inference_and_profile_through_the_real_client(
         assert len(hub.datasets[str(inference.dataset_id)].entries()["x"]) == 2
         assert (ran["hub.inference_job"], ran["hub.profile_job"]) == (inference.job_id,
                                                                       profile.job_id)
-        assert float(ran["context_vs_fp32.y.cosine"]) > 0.9999   # the stand-in runs fp32
+        # judged as htp_vs_cpu judges a board: against the QDQ model on the CPU (the
+        # stand-in runs the compiled QDQ model with onnxruntime: the same numbers)
+        assert ran["reference"] == "qnn-ci's QDQ model on onnxruntime's CPU"
+        assert float(ran["context_vs_cpu.y.cosine"]) > 0.99999
+        assert ran["accuracy_rule"] == "held on 2 of 2"
+        assert float(ran["cpu_vs_fp32.y.cosine"]) > 0.99 and "context_vs_fp32.y.cosine" in ran
         assert float(ran["latency.median_ms"]) > 0 and ran["latency.source"] == "ai_hub_profile"
         assert float(ran["load.init_ms"]) > 0 and float(ran["memory.peak_mib"]) >= 0
         assert ran["layers.npu"] == ran["layers"] and ran["layers.gpu"] == "0"
-        assert ran["board"] == "hub-rb3" and ran["reference"].startswith("fp32 onnxruntime")
+        assert ran["board"] == "hub-rb3"
         assert "AI Hub 'RB3 Gen 2 (Proxy)'" in out.out and inference.job_id in out.out
         assert all(r.token == TOKEN for r in hub.requests if r.service == "api")
         # job links: the job summary and the HTML report
@@ -147,13 +153,38 @@ def test_compile_inference_and_profile_through_the_real_client(
         code, got = run(tmp_path, manifest)
         assert code == 0 and len(hub.api_requests(JOBS, "POST")) == posts
         assert "(cached)" in capsys.readouterr().out
-        # Other bit widths: compiled again, as int8.
+        # Other bit widths: another QDQ model, compiled again.
         manifest.write_text(manifest.read_text().replace(
             "board: hub-rb3", "board: hub-rb3\n  quantization: {act_bitwidth: 8}"))
         code, got = run(tmp_path, manifest)
         assert code == 0, capsys.readouterr().out
-        last = [j for j in hub.jobs.values() if j.kind == "compile"][-1]
-        assert last.options.endswith("--quantize_full_type int8")
+        compiles = [j for j in hub.jobs.values() if j.kind == "compile"]
+        assert len(compiles) == 2 and compiles[1].model_id != compiles[0].model_id
+
+
+def test_quantize_ai_hub_sends_the_float_model_bit_widths_and_samples(
+        tmp_path: Path, env: None, capsys: pytest.CaptureFixture[str]) -> None:
+    with running_hub(tmp_path / "hub", token=TOKEN) as hub:
+        manifest = project(tmp_path, hub, board='device: "RB3 Gen 2 (Proxy)"\nquantize: ai-hub',
+                           defaults="quantization: {per_channel: true}")
+        code, got = run(tmp_path, manifest)
+        out = capsys.readouterr().out
+        assert code == 0, out
+        (compile_job,) = [j for j in hub.jobs.values() if j.kind == "compile"]
+        assert compile_job.options == ("--target_runtime qnn_context_binary "
+                                       "--quantize_full_type w8a16")
+        assert hub.models[compile_job.model_id].data == \
+            (tmp_path / "w" / "a" / "static_shapes").joinpath(
+                Path(props(got["a::static_shapes"])["artefact.model"]).name).read_bytes()
+        assert len(hub.datasets[str(compile_job.calibration_id)].entries()["x"]) == 6
+    built, ran = props(got["a::context_binary"]), props(got["a::context_run"])
+    assert "sim_npu" not in " ".join(got)           # no QDQ model needed
+    assert built["hub.quantize"] == "ai-hub"
+    assert "AI Hub's compile does not take per_channel: the device result is for AI Hub's " \
+        "own quantization" in out
+    assert ran["reference"] == "fp32 onnxruntime (pinned model, on the host)"
+    assert float(ran["context_vs_fp32.y.cosine"]) > 0.9999 and "context_vs_cpu.y.cosine" \
+        not in ran
 
 
 class Skewed(StandinBackend):
@@ -180,7 +211,8 @@ def test_a_wrong_answer_and_a_layer_off_the_npu_fail_with_names(
     failure = got["a::context_run"].find("failure")
     assert failure is not None
     body = (failure.text or "") + (failure.get("message") or "")
-    assert "AI Hub 'RB3 Gen 2 (Proxy)' vs fp32 onnxruntime (pinned model, on the host)" in body
+    assert "AI Hub 'RB3 Gen 2 (Proxy)' vs qnn-ci's QDQ model on onnxruntime's CPU: " in body
+    assert "accuracy rule vs fp32: " in body
     assert "cosine" in body
     assert "layers run on the GPU of 'RB3 Gen 2 (Proxy)', not the NPU:" in body
     assert float(props(got["a::context_run"])["layers.gpu"]) == 1
