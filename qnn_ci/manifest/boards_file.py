@@ -94,6 +94,9 @@ _FIELDS: dict[str, _Field] = {
                        choices=("qnn-ci", "ai-hub")),
     "job_timeout_s": _Field("number", "Time limit per AI Hub job, submission to end, seconds "
                             "(default 3600).", only="ai-hub", minimum=0, exclusive_min=True),
+    "max_parallel": _Field("int", "At most this many exports on AI Hub at once from this "
+                           "machine (pytest -n workers share it; default 4).", only="ai-hub",
+                           minimum=1, maximum=64),
 }
 _REQUIRED = {"ssh": ("host", "key_file"), "adb": ("serial",), "local": (), "ai-hub": ()}
 

@@ -73,11 +73,12 @@ def run_compile(stage: str, ctx: StageContext) -> StageResult:
             Severity.WARNING))
     specs = {i.name: (tuple(i.shape), i.dtype) for i in inputs}
     try:
-        job = submit(hub, "compile", lambda: hub.client.submit_compile_job(
-            str(model), device.handle(), name=f"qnn-ci {export.name}", input_specs=specs,
-            options=options, calibration_data=calibration, retry=False))
-        properties |= hub_common.job_properties("compile", job)
-        wait_all(hub, [job], progress=ctx.env.progress)
+        with hub_common.slot(ctx, board):
+            job = submit(hub, "compile", lambda: hub.client.submit_compile_job(
+                str(model), device.handle(), name=f"qnn-ci {export.name}", input_specs=specs,
+                options=options, calibration_data=calibration, retry=False))
+            properties |= hub_common.job_properties("compile", job)
+            wait_all(hub, [job], progress=ctx.env.progress)
         target = hub.call("the compiled model", job.job.get_target_model)
         saved = hub.call("downloading the compiled model",
                          lambda: job.job.download_target_model(str(ctx.workdir / export.name)))

@@ -54,17 +54,18 @@ def run_on_hub(stage: str, ctx: StageContext) -> StageResult:
                                   "samples": len(samples), "built_on": "ai-hub"}
     try:
         model = _compiled_model(hub, built)
-        # retry=False: a rate limit is reported at once, not waited out for 10 minutes
-        runs = submit(hub, "inference", lambda: hub.client.submit_inference_job(
-            model, device.handle(), inputs=hub_common.as_arrays(samples, inputs),
-            name=f"qnn-ci {export.name}", profile=False, retry=False))
-        properties |= hub_common.job_properties("inference", runs)
-        # a profile job is an inference job without inputs, profiling (qai-hub 0.56)
-        prof = submit(hub, "profile", lambda: hub.client.submit_inference_job(
-            model, device.handle(), name=f"qnn-ci {export.name} profile", profile=True,
-            retry=False))
-        properties |= hub_common.job_properties("profile", prof)
-        wait_all(hub, [runs, prof], progress=ctx.env.progress)
+        with hub_common.slot(ctx, board):
+            # retry=False: a rate limit is reported at once, not waited out for 10 minutes
+            runs = submit(hub, "inference", lambda: hub.client.submit_inference_job(
+                model, device.handle(), inputs=hub_common.as_arrays(samples, inputs),
+                name=f"qnn-ci {export.name}", profile=False, retry=False))
+            properties |= hub_common.job_properties("inference", runs)
+            # a profile job is an inference job without inputs, profiling (qai-hub 0.56)
+            prof = submit(hub, "profile", lambda: hub.client.submit_inference_job(
+                model, device.handle(), name=f"qnn-ci {export.name} profile", profile=True,
+                retry=False))
+            properties |= hub_common.job_properties("profile", prof)
+            wait_all(hub, [runs, prof], progress=ctx.env.progress)
         got = hub.call("downloading the outputs", runs.job.download_output_data)
         raw_profile = hub.call("downloading the profile", prof.job.download_profile)
     except HubError as exc:

@@ -4,6 +4,7 @@ samples as arrays, and a failure of the service as a result."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,15 @@ def open_device(stage: str, ctx: StageContext
     if mismatch:
         return board_common.soc_mismatch_result(stage, board, hub.mask(mismatch))
     return hub, device
+
+
+def slot(ctx: StageContext, board: BoardConfig) -> AbstractContextManager[int]:
+    """One of the board's ``max_parallel`` slots on this machine (``qnn_ci.hub.slots``),
+    locked in the runner's lock folder (``QNN_CI_LOCK_DIR``, as for board locks)."""
+    from qnn_ci.boards.session import lock_dir
+    from qnn_ci.hub.slots import hub_slot
+
+    return hub_slot(board, lock_dir(ctx.env.environ), progress=ctx.env.progress)
 
 
 def judged_soc(export: Any, device: HubDevice) -> SocInfo | None:

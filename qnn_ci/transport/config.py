@@ -41,6 +41,7 @@ class BoardConfig:
     #                                          ai-hub: AI Hub quantizes from the bit widths
     api_url: str | None = None               # None: the client's default (AI Hub itself)
     job_timeout_s: float = 3600.0            # per job, submission to its end
+    max_parallel: int = 4                    # exports on AI Hub at once from this machine
     # on the board
     qnn_lib_dir: str = "/usr/lib"
     net_run: str = "qnn-net-run"             # the tool's path on the board

@@ -3,6 +3,8 @@ transport under it raise, each as one check and one line; the token masked."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 qai_hub = pytest.importorskip("qai_hub", reason="qai-hub is not installed (pip install qai-hub)")
@@ -68,3 +70,52 @@ def test_the_clients_framed_texts_become_one_plain_line() -> None:
                            "a|b stays (check the token")
     boxed = qai_hub.UserError("Upgrade.\n┌────┐\n│ pip install -U qai-hub │\n└────┘")
     assert classify(boxed)[1] == "Upgrade. pip install -U qai-hub"
+
+
+HOLD = """\
+import sys
+from pathlib import Path
+from qnn_ci.hub.slots import hub_slot
+from qnn_ci.transport.config import BoardConfig
+board = BoardConfig("hub-rb3", "ai-hub", device="d", max_parallel=int(sys.argv[2]))
+with hub_slot(board, Path(sys.argv[1])) as k:
+    print(k, flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_max_parallel_bounds_the_exports_of_every_process_on_this_machine(
+        tmp_path: Path) -> None:
+    """Slots are held across processes (as pytest-xdist workers hold them); a slot of a
+    process that ended is free again; waiting past job_timeout_s is one line."""
+    import subprocess
+    import sys
+
+    from qnn_ci.hub.slots import hub_slot
+
+    def holder(parallel: int) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path), str(parallel)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                cwd=Path(__file__).resolve().parents[2])
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "0"
+        return proc
+
+    two = BoardConfig("hub-rb3", "ai-hub", device="d", max_parallel=2, job_timeout_s=1.0)
+    one = BoardConfig("hub-rb3", "ai-hub", device="d", max_parallel=1, job_timeout_s=1.0)
+    proc = holder(2)
+    try:
+        with hub_slot(two, tmp_path) as k:
+            assert k == 1                          # slot 0 is the other process's
+        with pytest.raises(HubError) as info:
+            with hub_slot(one, tmp_path):
+                pass
+        assert info.value.check == "hub.busy"
+        assert str(info.value) == ("board hub-rb3 (AI Hub): all 1 slots (max_parallel) stayed "
+                                   "taken by other runs for 1 s (job_timeout_s)")
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    with hub_slot(one, tmp_path) as k:
+        assert k == 0

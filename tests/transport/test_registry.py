@@ -116,6 +116,10 @@ def test_good_file(tmp_path: Path) -> None:
      "must name an environment variable"),
     ({"transport": "ai-hub", "device": "d", "job_timeout_s": 0}, "boards.b.job_timeout_s",
      "must be > 0"),
+    ({"transport": "ai-hub", "device": "d", "max_parallel": 0}, "boards.b.max_parallel",
+     "must be >= 1"),
+    ({"transport": "ai-hub", "device": "d", "quantize": "aihub"}, "boards.b.quantize",
+     "did you mean 'ai-hub'?"),
     ({"transport": "ssh", "host": "h", "key_file": "k", "device": "d"}, "boards.b.device",
      "device applies to ai-hub boards only"),
 ])
