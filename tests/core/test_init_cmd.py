@@ -280,7 +280,8 @@ def test_unreadable_model_is_one_line(tmp_path: Path,
 
 
 def _uncommented(text: str) -> str:
-    """The workflow with its commented-out self-hosted job switched on."""
+    """The workflow with its commented-out jobs (self-hosted, AI Hub) switched on; the
+    ``##`` lines are prose and stay comments."""
     head, sep, tail = text.partition("  # sdk-and-board:")
     job = (sep + tail).splitlines()
     return head + "\n".join(line.replace("  # ", "  ", 1) for line in job) + "\n"
@@ -310,7 +311,12 @@ def test_workflow_is_valid_and_lints_clean(tmp_path: Path,
 
     on = _uncommented(text)
     full = yaml.safe_load(on)
-    assert list(full["jobs"]) == ["host-and-simulator", "sdk-and-board"]
+    assert list(full["jobs"]) == ["host-and-simulator", "sdk-and-board", "ai-hub"]
+    hub = full["jobs"]["ai-hub"]
+    assert hub["runs-on"] == "ubuntu-latest" and "head.repo.full_name" in hub["if"]
+    assert hub["steps"][-1]["env"] == {"QAI_HUB_API_TOKEN": "${{ secrets.QAI_HUB_API_TOKEN }}"}
+    assert "qnn-ci[sim,ai-hub] @ " in hub["steps"][-2]["run"]
+    assert "qnn-ci run models/qnn-ci.yaml --board ai-hub" in hub["steps"][-1]["run"]
     board = full["jobs"]["sdk-and-board"]
     assert board["runs-on"] == ["self-hosted", "linux", "qairt"]
     assert "head.repo.full_name == github.repository" in board["if"]
