@@ -117,6 +117,11 @@ def manifest_text(plan: InitPlan) -> str:
         "exports:",
         f"  - name: {yaml_scalar(plan.export)}",
         f"    model: {yaml_scalar(plan.model_ref)}",
+        "    # route: classic       # qnn-onnx-converter -> libmodel.so -> a context binary built",
+        "    #                      # on the board; or dlc: qairt-converter -> a DLC -> a binary",
+        "    #                      # built on the host (README: \"Choosing a route\")",
+        "    # board: my-board      # the board stages' board (qnn-boards.yaml): ssh, adb,",
+        "    #                      # local, or an AI Hub device (README: \"No board? AI Hub\")",
     ]
     if plan.soc is not None:
         fp16 = "FP16" if plan.soc.fp16 else "no FP16"
