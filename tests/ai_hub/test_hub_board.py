@@ -357,3 +357,26 @@ def test_interrupted_waits_name_the_jobs_left_on_ai_hub(
            f"({hub.url}/jobs/{job.job_id}/)" in caplog.text
     assert TOKEN not in caplog.text
 
+
+
+def test_pytest_gives_the_same_answers(tmp_path: Path, env: None) -> None:
+    """The pytest shell runs the same engine: `pytest -m qnn` on the manifest passes
+    the AI Hub stages, skips the shell-board ones with the reason, and shows no token."""
+    import os
+    import subprocess
+    import sys
+
+    with running_hub(tmp_path / "hub", token=TOKEN) as hub:
+        manifest = project(tmp_path, hub)
+        environ = dict(os.environ, PYTHONPATH=str(tmp_path))
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-m",
+             "qnn", "-q", "-rA", "--junitxml", str(tmp_path / "pytest.xml"), str(manifest)],
+            cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300)
+        assert len([j for j in hub.jobs.values() if j.kind == "compile"]) == 1
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "PASSED qnn-ci.yaml::a::context_binary" in out
+    assert "PASSED qnn-ci.yaml::a::context_run" in out
+    assert "board hub-rb3 is an AI Hub board: htp_vs_cpu runs qnn-net-run" in out
+    assert TOKEN not in out and TOKEN not in (tmp_path / "pytest.xml").read_text()
