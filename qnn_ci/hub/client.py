@@ -9,7 +9,9 @@ logged, and every text that leaves this module passes ``HubClient.mask``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -89,13 +91,23 @@ class HubClient:
         return f"board {self.board.name} (AI Hub)"
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        """``fn()``; any failure of the service as a ``HubError`` naming ``what``."""
+        """``fn()``; any failure of the service as a ``HubError`` naming ``what``.
+
+        The client prints some notes to stdout whatever its ``verbose`` says
+        ("Downloaded model to ..."); stdout belongs to the shell (``qnn-ci run --json``
+        is one JSON document), so they go to the debug log instead."""
+        printed = io.StringIO()
         try:
-            return fn()
+            with contextlib.redirect_stdout(printed):
+                return fn()
         except HubError:
             raise
         except Exception as exc:       # the client raises many kinds: each is one line
             raise self.error(what, exc) from None
+        finally:
+            for line in printed.getvalue().splitlines():
+                if line.strip():
+                    log.debug("%s: qai-hub: %s", self.where(), self.mask(line))
 
     def error(self, what: str, exc: BaseException) -> HubError:
         check, text, transient = classify(exc)

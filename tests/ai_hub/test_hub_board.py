@@ -247,6 +247,22 @@ def test_a_device_of_another_soc_is_refused_before_any_job(
         "chipset:) or correct target.soc")
 
 
+def test_json_output_stays_one_json_document(tmp_path: Path, env: None,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The client prints "Downloaded model to ..." whatever its verbosity: not on our
+    stdout, which `qnn-ci run --json` keeps to one JSON document."""
+    with running_hub(tmp_path / "hub", token=TOKEN) as hub:
+        manifest = project(tmp_path, hub)
+        capsys.readouterr()
+        code = main(["run", str(manifest), "--workdir", str(tmp_path / "w"), "--json",
+                     "--stage", "context_binary"])
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = {r["stage"]: r for r in json.loads(out)}
+    assert rows["context_binary"]["status"] == "passed"
+    assert "Downloaded" not in out
+
+
 def test_a_chipset_picks_the_first_device_that_has_it(tmp_path: Path, env: None) -> None:
     with running_hub(tmp_path / "hub", token=TOKEN) as hub:
         code, got = run(tmp_path, project(tmp_path, hub,
