@@ -321,6 +321,22 @@ def run_context(ctx: StageContext, stage: str, board: BoardConfig, binary: Path,
         return board_error_result(stage, board, exc)
 
 
+def context_latency(nr: NetRunResult, workdir: Path
+                    ) -> tuple[dict[str, Any], float | None, Path | None]:
+    """What a context-binary run measured: its ``latency.*`` properties plus
+    ``load.init_ms`` (the profile's Init stats, where the viewer gives them), the load
+    time in ms, and the profile file when the latency came from one."""
+    from qnn_ci.boards.latency import init_ms
+
+    props = nr.latency.properties() if nr.latency is not None else {}
+    profile = workdir / "latency" / "profile.txt"
+    load = init_ms(profile.read_text(encoding="utf-8", errors="replace")) \
+        if profile.is_file() else None
+    if load is not None:
+        props["load.init_ms"] = round(load, 4)
+    return props, load, profile if nr.latency is not None and profile.is_file() else None
+
+
 MAX_CALIBRATION_SAMPLES = 8      # compared when no held-out samples exist
 
 

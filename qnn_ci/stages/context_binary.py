@@ -24,7 +24,6 @@ On an AI Hub board (``transport: ai-hub``) AI Hub compiles the pinned model inst
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from qnn_ci.errors import ToolError, UserError
 from qnn_ci.stages import board_common
 from qnn_ci.stages.context_common import (
     describe_info,
-    info_properties,
+    record_binary,
     sha256_of,
     utility_stamp,
 )
@@ -104,16 +103,8 @@ class ContextBinaryStage(board_common.BoardStage):
         if built.binary is not None:
             info, found = _read_binary(ctx, built.binary, soc, version)
             findings += found
-            artefacts["binary"] = str(built.binary)
-            if info is not None:
-                report = ctx.workdir / "context_info.json"
-                report.write_text(json.dumps(info.to_dict(), indent=2, default=str),
-                                  encoding="utf-8")
-                artefacts["context_info"] = str(report)
-                properties |= info_properties(info)
-                data["context_info"] = info.to_dict()
-            data |= {"binary": str(built.binary), "binary_sha256": sha256_of(built.binary),
-                     "binary_bytes": built.binary.stat().st_size}
+            record_binary(ctx.workdir, built.binary, info, artefacts=artefacts,
+                          properties=properties, data=data)
             summary = first_error(findings) or (
                 f"{built.binary.name} built on board {board.name} (QNN {version or 'unknown'}"
                 f") in {built.duration_s:.1f} s: {describe_info(data.get('context_info'))}")

@@ -14,7 +14,6 @@ the compiled model's AI Hub id is what ``context_run`` runs.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ def run_compile(stage: str, ctx: StageContext) -> StageResult:
     from qnn_ci.hub.client import HubError
     from qnn_ci.hub.jobs import submit, wait_all
     from qnn_ci.hub.options import QNN_CI, compile_options, not_applied
-    from qnn_ci.stages.context_common import describe_info, info_properties, sha256_of
+    from qnn_ci.stages.context_common import describe_info, record_binary
 
     opened = hub_common.open_device(stage, ctx)
     if isinstance(opened, StageResult):
@@ -98,15 +97,8 @@ def run_compile(stage: str, ctx: StageContext) -> StageResult:
     else:
         info, found = _read_binary(binary, hub_common.judged_soc(export, device))
         findings += found
-        artefacts["binary"] = str(binary)
-        if info is not None:
-            report = ctx.workdir / "context_info.json"
-            report.write_text(json.dumps(info.to_dict(), indent=2, default=str), encoding="utf-8")
-            artefacts["context_info"] = str(report)
-            properties |= info_properties(info)
-            data["context_info"] = info.to_dict()
-        data |= {"binary": str(binary), "binary_sha256": sha256_of(binary),
-                 "binary_bytes": binary.stat().st_size}
+        record_binary(ctx.workdir, binary, info, artefacts=artefacts, properties=properties,
+                      data=data)
         summary = first_error(findings) or (
             f"{binary.name} compiled by AI Hub for {device.describe()} ({job.job_id}): "
             f"{describe_info(data.get('context_info'))}")

@@ -4,6 +4,7 @@ Hub): the binary's facts as properties and in words, and its content hash."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,23 @@ def info_properties(info: Any) -> dict[str, Any]:
             "context.qnn_version": info.qnn_version or "",
             "context.bytes": info.size_bytes or "",
             "context.graphs": ", ".join(g.name for g in info.graphs)}
+
+
+def record_binary(workdir: Path, binary: Path, info: Any, *, artefacts: dict[str, str],
+                  properties: dict[str, Any], data: dict[str, Any]) -> None:
+    """Add a built binary to a result's parts: its path, hash and size, and what it
+    says it is (``info``, a ``ContextInfo``; None when unreadable), also kept as
+    ``<workdir>/context_info.json``."""
+    artefacts["binary"] = str(binary)
+    data |= {"binary": str(binary), "binary_sha256": sha256_of(binary),
+             "binary_bytes": binary.stat().st_size}
+    if info is None:
+        return
+    report = workdir / "context_info.json"
+    report.write_text(json.dumps(info.to_dict(), indent=2, default=str), encoding="utf-8")
+    artefacts["context_info"] = str(report)
+    properties |= info_properties(info)
+    data["context_info"] = info.to_dict()
 
 
 def describe_info(info: dict[str, Any] | None) -> str:

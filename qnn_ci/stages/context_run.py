@@ -59,7 +59,6 @@ class ContextRunStage(board_common.BoardStage):
             from qnn_ci.stages.context_run_dlc import run_dlc
 
             return run_dlc(self.name, ctx)
-        from qnn_ci.boards.latency import init_ms
         from qnn_ci.boards.layout import board_layout, outputs_to_onnx_order
         from qnn_ci.boards.native_outputs import NativeType, dequantize_outputs, quant_steps
         from qnn_ci.boards.result_files import ExpectedOutput
@@ -101,13 +100,8 @@ class ContextRunStage(board_common.BoardStage):
         properties = board_common.run_properties(nr) | {
             "binary": binary.name, "layout": layout.describe(),
             "output_files": "native" if native else "float"}
-        if nr.latency is not None:
-            properties |= nr.latency.properties()
-        profile = ctx.workdir / "latency" / "profile.txt"
-        load = init_ms(profile.read_text(encoding="utf-8", errors="replace")) \
-            if profile.is_file() else None
-        if load is not None:
-            properties["load.init_ms"] = round(load, 4)
+        latency, load, profile = board_common.context_latency(nr, ctx.workdir)
+        properties |= latency
         data: dict[str, Any] = {"board_run": nr.to_dict()}
         summary = first_error(findings)
         ctx_dir = nr.output_dir("htp")
@@ -148,7 +142,7 @@ class ContextRunStage(board_common.BoardStage):
         artefacts = {"report": str(report)}
         if ctx_dir is not None:
             artefacts["htp_outputs"] = str(ctx_dir)
-        if nr.latency is not None and profile.is_file():
+        if profile is not None:
             artefacts["latency_profile"] = str(profile)
         return board_common.finish(StageResult(
             self.name, status_of(findings), summary or "no outputs to compare",

@@ -88,7 +88,6 @@ def native_types_from_info(info: DlcInfo, counts: dict[str, int | None]
 
 
 def run_dlc(stage: str, ctx: StageContext) -> StageResult:
-    from qnn_ci.boards.latency import init_ms
     from qnn_ci.boards.layout import board_inputs, layout_from_dims, outputs_to_onnx_order
     from qnn_ci.boards.native_outputs import dequantize_outputs
     from qnn_ci.boards.reference import write_reference_outputs
@@ -146,13 +145,8 @@ def run_dlc(stage: str, ctx: StageContext) -> StageResult:
         "sample_source": which, "layout": layout.describe(),
         "output_files": "native" if native else "float"}
     properties["sdk_version"] = built.data.get("sdk_version") or properties["sdk_version"]
-    if nr.latency is not None:
-        properties |= nr.latency.properties()
-    profile = ctx.workdir / "latency" / "profile.txt"
-    load = init_ms(profile.read_text(encoding="utf-8", errors="replace")) \
-        if profile.is_file() else None
-    if load is not None:
-        properties["load.init_ms"] = round(load, 4)
+    latency, load, profile = board_common.context_latency(nr, ctx.workdir)
+    properties |= latency
     data: dict[str, Any] = {"board_run": nr.to_dict(), "reference": REFERENCE}
     summary = first_error(findings)
     ctx_dir = nr.output_dir("htp")
@@ -189,7 +183,7 @@ def run_dlc(stage: str, ctx: StageContext) -> StageResult:
     artefacts["report"] = str(report)
     if ctx_dir is not None:
         artefacts["htp_outputs"] = str(ctx_dir)
-    if nr.latency is not None and profile.is_file():
+    if profile is not None:
         artefacts["latency_profile"] = str(profile)
     return board_common.finish(StageResult(
         stage, status_of(findings), summary or "no outputs to compare",

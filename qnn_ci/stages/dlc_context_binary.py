@@ -20,7 +20,6 @@ the binary is checked as the classic route's ``context_binary`` checks its own
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +53,7 @@ class DlcContextBinaryStage(dlc_common.DlcStage):
     def run(self, ctx: StageContext) -> StageResult:
         from qnn_ci.sdk.dlc_run import build_host_context
         from qnn_ci.sdk.model_lib import library_name
-        from qnn_ci.stages.context_common import info_properties, sha256_of
+        from qnn_ci.stages.context_common import record_binary
         from qnn_ci.stages.sdk_common import mark_transient
 
         export = ctx.export
@@ -96,16 +95,8 @@ class DlcContextBinaryStage(dlc_common.DlcStage):
         if built.binary is not None:
             read, found = _read_binary(ctx, sdk, built.binary, soc, info, graphs)
             findings += found
-            artefacts["binary"] = str(built.binary)
-            data |= {"binary": str(built.binary), "binary_sha256": sha256_of(built.binary),
-                     "binary_bytes": built.binary.stat().st_size}
-            if read is not None:
-                report = ctx.workdir / "context_info.json"
-                report.write_text(json.dumps(read.to_dict(), indent=2, default=str),
-                                  encoding="utf-8")
-                artefacts["context_info"] = str(report)
-                properties |= info_properties(read)
-                data["context_info"] = read.to_dict()
+            record_binary(ctx.workdir, built.binary, read, artefacts=artefacts,
+                          properties=properties, data=data)
         summary = first_error(findings) or _summary(built, data, soc)
         return mark_transient(dlc_common.with_sdk_version(StageResult(
             self.name, status_of(findings), summary, findings,
