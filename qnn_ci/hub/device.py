@@ -56,22 +56,18 @@ def read_device(raw: Any) -> HubDevice:
 
 def find_device(hub: HubClient) -> HubDevice:
     """The device of the board entry: by ``device:`` name, else the first with the
-    ``chipset:`` attribute. A name AI Hub does not have is one line."""
+    ``chipset:`` attribute. One AI Hub does not have is one line."""
     board = hub.board
     if board.device:
-        found = hub.call("device lookup", lambda: hub.client.get_devices(name=board.device))
-        if not found:
-            raise HubError("hub.device", hub.mask(
-                f"{hub.where()}: AI Hub has no device named {board.device!r} (device:); "
-                "`qai-hub list-devices` lists them"))
-        return read_device(found[0])
-    chip = str(board.chipset)
-    found = hub.call("device lookup",
-                     lambda: hub.client.get_devices(attributes=f"chipset:{chip}"))
+        query: dict[str, str] = {"name": board.device}
+        what = f"named {board.device!r} (device:)"
+    else:
+        query = {"attributes": f"chipset:{board.chipset}"}
+        what = f"with chipset {board.chipset!r} (chipset:)"
+    found = hub.call("device lookup", lambda: hub.client.get_devices(**query))
     if not found:
-        raise HubError("hub.device", hub.mask(
-            f"{hub.where()}: AI Hub has no device with chipset {chip!r} (chipset:); "
-            "`qai-hub list-devices` lists them"))
+        raise HubError("hub.device", hub.mask(f"{hub.where()}: AI Hub has no device {what}; "
+                                              "`qai-hub list-devices` lists them"))
     return read_device(found[0])
 
 

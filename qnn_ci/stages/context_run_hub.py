@@ -27,6 +27,7 @@ from typing import Any
 from qnn_ci.engine.results import Finding, Severity, StageResult, first_error, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.stages import hub_common
+from qnn_ci.stages.context_run_dlc import REFERENCE  # the fp32 truth, as on the DLC route
 
 SHOWN_LAYERS = 5          # off-NPU layers named one by one before "+N more"
 CPU_REFERENCE = "qnn-ci's QDQ model on onnxruntime's CPU"
@@ -97,7 +98,7 @@ def run_on_hub(stage: str, ctx: StageContext) -> StageResult:
         else:
             comp = _judge_against_truth(ctx, device.name, truth, hub_dir, outputs, findings,
                                         properties, data)
-            reference = f"{hub_common.REFERENCE} {comp.summary_line()}"
+            reference = f"{REFERENCE} {comp.summary_line()}"
         if summary is None:
             summary = first_error(findings) or (
                 f"AI Hub {device.describe()}, {len(samples)} {which} sample(s): vs {reference}"
@@ -130,9 +131,9 @@ def _judge_against_truth(ctx: StageContext, device: str, truth: Path, hub_dir: P
     thresholds = ctx.export.thresholds
     comp = compare_sets(load_output_set(truth), load_output_set(hub_dir), thresholds,
                         expected=_expected(outputs))
-    findings += _labelled(comp.findings, f"AI Hub '{device}' vs {hub_common.REFERENCE}")
+    findings += _labelled(comp.findings, f"AI Hub '{device}' vs {REFERENCE}")
     properties |= metric_properties(comp, "context_vs_fp32", thresholds=thresholds)
-    properties["reference"] = hub_common.REFERENCE
+    properties["reference"] = REFERENCE
     data["comparison"] = comp.to_dict()
     return comp
 
@@ -140,39 +141,22 @@ def _judge_against_truth(ctx: StageContext, device: str, truth: Path, hub_dir: P
 def _judge_against_cpu(ctx: StageContext, device: str, truth: Path, cpu: Path, hub_dir: Path,
                        outputs: list[dict[str, Any]], findings: list[Finding],
                        properties: dict[str, Any], data: dict[str, Any]) -> tuple[Any, str]:
-    """AI Hub compiled qnn-ci's QDQ model: as ``htp_vs_cpu`` judges a board, the device
-    against the same quantized graph on the CPU (the export's thresholds), that CPU run
-    against the fp32 truth (the quantization's own loss), and onnxruntime's accuracy
-    rule (the device at least as accurate as the CPU run, within 0.4 % of the range)."""
-    from qnn_ci.compare import (
-        DEFAULT_TOLERANCE,
-        accuracy_rule,
-        compare_sets,
-        load_output_set,
-        metric_properties,
-    )
-    from qnn_ci.engine.bounds import Thresholds
+    """AI Hub compiled qnn-ci's QDQ model: judged as ``htp_vs_cpu`` judges a board's HTP
+    (``qnn_ci.compare.judgement``), the QDQ model on onnxruntime's CPU as the CPU run."""
+    from qnn_ci.compare import load_output_set
+    from qnn_ci.compare.judgement import judge_quantized
 
-    thresholds, expected = ctx.export.thresholds, _expected(outputs)
-    tru, cpu_set, dev = load_output_set(truth), load_output_set(cpu), load_output_set(hub_dir)
-    comp = compare_sets(cpu_set, dev, thresholds, expected=expected)
-    findings += _labelled(comp.findings, f"AI Hub '{device}' vs {CPU_REFERENCE}")
-    cpu_truth = compare_sets(tru, cpu_set, thresholds, expected=expected)
-    findings += _labelled(cpu_truth.findings, f"{CPU_REFERENCE} vs fp32 onnxruntime")
-    dev_truth = compare_sets(tru, dev, Thresholds(default={}), expected=expected)
-    rule = accuracy_rule(tru, cpu_set, dev, DEFAULT_TOLERANCE)
-    findings += _labelled([f for f in rule if f.severity != Severity.INFO],
-                          "accuracy rule vs fp32")
-    held = sum(f.check == "compare.accuracy" and f.severity == Severity.INFO for f in rule)
-    checked = sum(f.check == "compare.accuracy" for f in rule)
-    properties |= metric_properties(comp, "context_vs_cpu", thresholds=thresholds)
-    properties |= metric_properties(cpu_truth, "cpu_vs_fp32", ("cosine",))
-    properties |= metric_properties(dev_truth, "context_vs_fp32", ("cosine",))
-    properties["accuracy_rule"] = f"held on {held} of {checked}"
+    judged = judge_quantized(load_output_set(truth), load_output_set(cpu),
+                             load_output_set(hub_dir), ctx.export.thresholds,
+                             expected=_expected(outputs))
+    findings += _labelled(judged.vs_cpu.findings, f"AI Hub '{device}' vs {CPU_REFERENCE}")
+    findings += _labelled(judged.cpu_vs_truth.findings, f"{CPU_REFERENCE} vs fp32 onnxruntime")
+    findings += _labelled(judged.rule_findings(), "accuracy rule vs fp32")
+    properties |= judged.properties("context", ctx.export.thresholds)
+    properties["accuracy_rule"] = judged.rule_text()
     properties["reference"] = CPU_REFERENCE
-    data |= {"comparison": comp.to_dict(),
-             "vs_fp32": {"cpu": cpu_truth.to_dict(), "device": dev_truth.to_dict()}}
-    return comp, properties["accuracy_rule"]
+    data |= judged.data("context")
+    return judged.vs_cpu, properties["accuracy_rule"]
 
 
 def _compiled_model(hub: Any, built: StageResult) -> Any:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnn_ci.boards.session import board_session
-from qnn_ci.engine.bounds import Thresholds
 from qnn_ci.engine.results import Finding, Severity, StageResult, Status, first_error, status_of
 from qnn_ci.engine.stage import StageContext
 from qnn_ci.errors import ToolError
@@ -63,14 +62,8 @@ class HtpVsCpuStage(board_common.BoardStage):
         from qnn_ci.boards.result_files import ExpectedOutput
         from qnn_ci.calibration.input_list import write_input_list
         from qnn_ci.calibration.sources import Expected
-        from qnn_ci.compare import (
-            DEFAULT_TOLERANCE,
-            accuracy_rule,
-            compare_sets,
-            load_output_set,
-            metric_properties,
-            sanitize,
-        )
+        from qnn_ci.compare import load_output_set, sanitize
+        from qnn_ci.compare.judgement import judge_quantized
         from qnn_ci.transport.base import TransportError
 
         export, board = ctx.export, board_common.the_board(ctx)
@@ -143,32 +136,23 @@ class HtpVsCpuStage(board_common.BoardStage):
             # Each output's quantization step tells a near-zero reference from a
             # small real signal.
             steps = quant_steps(Path(net_json) if net_json else None, out_shapes)
-            comp = compare_sets(cpu, htp, export.thresholds, expected=expected,
-                                quant_steps=steps)
+            judged = judge_quantized(truth, cpu, htp, export.thresholds, expected=expected,
+                                     quant_steps=steps)
+            comp = judged.vs_cpu
             findings += _labelled(comp.findings, "HTP vs CPU backend")
-            vs_truth = {"cpu": compare_sets(truth, cpu, export.thresholds, expected=expected,
-                                            quant_steps=steps),
-                        "htp": compare_sets(truth, htp, Thresholds(default={}),
-                                            expected=expected, quant_steps=steps)}
-            findings += _labelled(vs_truth["cpu"].findings, "CPU backend vs fp32 onnxruntime")
-            cpu_float = float_exact(vs_truth["cpu"], {
+            findings += _labelled(judged.cpu_vs_truth.findings,
+                                  "CPU backend vs fp32 onnxruntime")
+            cpu_float = float_exact(judged.cpu_vs_truth, {
                 sanitize(n): t.scale for n, t in types.items() if t.scale is not None})
-            rule = accuracy_rule(truth, cpu, htp, DEFAULT_TOLERANCE)
-            findings += _labelled([_advisory(f) if cpu_float else f for f in rule
-                                   if f.severity != Severity.INFO], "accuracy rule vs fp32")
-            held_rule = sum(f.check == "compare.accuracy" and f.severity == Severity.INFO
-                            for f in rule)
-            checked = sum(f.check == "compare.accuracy" for f in rule)
+            findings += _labelled([_advisory(f) if cpu_float else f
+                                   for f in judged.rule_findings()], "accuracy rule vs fp32")
             properties["cpu_backend"] = "float" if cpu_float else "quantized"
-            properties |= metric_properties(comp, "htp_vs_cpu", thresholds=export.thresholds)
-            for backend, c in vs_truth.items():
-                properties |= metric_properties(c, f"{backend}_vs_fp32", ("cosine",))
-            properties["accuracy_rule"] = f"held on {held_rule} of {checked}" + (
+            properties |= judged.properties("htp", export.thresholds)
+            properties["accuracy_rule"] = judged.rule_text() + (
                 " (advisory: float CPU backend)" if cpu_float else "")
-            data |= {"comparison": comp.to_dict(),
-                     "vs_fp32": {k: v.to_dict() for k, v in vs_truth.items()}}
-            if export.diagnosis.enabled and not (comp.passed and vs_truth["cpu"].passed):
-                diagnose = _Diagnose(ctx, board, truth=truth, htp=htp, cpu=vs_truth["cpu"],
+            data |= judged.data("htp")
+            if export.diagnosis.enabled and not (comp.passed and judged.cpu_vs_truth.passed):
+                diagnose = _Diagnose(ctx, board, truth=truth, htp=htp, cpu=judged.cpu_vs_truth,
                                      cpu_float=cpu_float, expected=expected, steps=steps,
                                      board_list=board_list, names=names, samples=samples,
                                      inputs=inputs, net_json=net_json,

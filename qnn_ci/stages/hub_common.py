@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from qnn_ci.tables import SocInfo
     from qnn_ci.transport.config import BoardConfig
 
-REFERENCE = "fp32 onnxruntime (pinned model, on the host)"
 
 
 def error_result(stage: str, board: BoardConfig, exc: HubError,
