@@ -72,3 +72,20 @@ def tiny_matmul_model(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, path)
     return path
+
+
+def small_project(folder: Path, names: tuple[str, ...] = ("a",)) -> Path:
+    """A manifest with one export per name of ``scale_model`` (free dim pinned to
+    [1, 8]) calibrated by ``FLOATS_GEN`` (6 samples + 1 held out) for a QCS6490."""
+    scale_model(folder / "m.onnx", dims=["N", 8])
+    (folder / "gens.py").write_text(FLOATS_GEN)
+    manifest = folder / "qnn-ci.yaml"
+    lines = ["defaults:",
+             "  target: {soc: QCS6490, lib_target: aarch64-oe-linux-gcc11.2}",
+             "  inputs: {x: {shape: [1, 8]}}",
+             '  calibration: {generator: "gens:floats", samples: 6, held_out: 1}',
+             "exports:"]
+    for name in names:
+        lines += [f"  - name: {name}", "    model: m.onnx"]
+    manifest.write_text("\n".join(lines) + "\n")
+    return manifest

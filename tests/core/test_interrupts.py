@@ -28,25 +28,7 @@ import pytest
 from fixtures.qairt_standin import make_esdk, make_sdk
 from fixtures.signals import default_dispositions, default_signals
 from qnn_ci.cli import interrupts
-from tests.core.graphs import FLOATS_GEN, scale_model
-
-
-def project(tmp_path: Path) -> Path:
-    scale_model(tmp_path / "m.onnx", dims=["N", 8])
-    (tmp_path / "gens.py").write_text(FLOATS_GEN)
-    p = tmp_path / "qnn-ci.yaml"
-    p.write_text(textwrap.dedent("""
-        defaults:
-          target: {soc: QCS6490, lib_target: aarch64-oe-linux-gcc11.2}
-          inputs: {x: {shape: [1, 8]}}
-          calibration: {generator: "gens:floats", samples: 6, held_out: 1}
-        exports:
-          - name: a
-            model: m.onnx
-          - name: b
-            model: m.onnx
-        """).lstrip())
-    return p
+from tests.core.graphs import small_project
 
 
 @pytest.fixture(autouse=True)
@@ -107,7 +89,7 @@ def suite_props(junit: Path) -> dict[str, str | None]:
 ])
 def test_signal_leaves_a_whole_report_listing_what_did_not_run(
         tmp_path: Path, sig: signal.Signals, status: int, name: str, twice: bool) -> None:
-    manifest = project(tmp_path)
+    manifest = small_project(tmp_path, ("a", "b"))
     junit = tmp_path / "out" / "report.xml"
     flag = tmp_path / "sleeping"
     summary = tmp_path / "summary.md"
@@ -155,7 +137,7 @@ def _sigint_ignored() -> None:
 def test_started_with_sigint_ignored_it_keeps_ignoring_it(tmp_path: Path) -> None:
     """A command started in the background is meant to outlive the terminal's Ctrl-C:
     qnn-ci leaves an inherited ignored SIGINT alone and still stops on SIGTERM."""
-    manifest = project(tmp_path)
+    manifest = small_project(tmp_path, ("a", "b"))
     flag = tmp_path / "sleeping"
     env = dict(os.environ, GEN_SLEEP=str(flag))
     env.pop("QNN_SDK_ROOT", None)
@@ -174,7 +156,7 @@ def test_started_with_sigint_ignored_it_keeps_ignoring_it(tmp_path: Path) -> Non
 
 
 def test_sigterm_without_junit_or_json_is_one_line(tmp_path: Path) -> None:
-    manifest = project(tmp_path)
+    manifest = small_project(tmp_path, ("a", "b"))
     flag = tmp_path / "sleeping"
     env = dict(os.environ, GEN_SLEEP=str(flag))
     env.pop("QNN_SDK_ROOT", None)
@@ -225,7 +207,7 @@ def test_sigterm_kills_the_running_tools_process_tree(tmp_path: Path) -> None:
     root = make_sdk(tmp_path / "sdk", "2.31.0")
     with (root / "bin" / "envsetup.sh").open("a") as fh:   # every SDK tool run now holds
         fh.write(HOLD)
-    manifest = project(tmp_path)
+    manifest = small_project(tmp_path, ("a", "b"))
     held = tmp_path / "held.pid"
     env = dict(os.environ, QNN_SDK_ROOT=str(root), ESDK_ENV=str(make_esdk(tmp_path / "esdk")),
                QNNCI_TEST_HOLD=str(held))
@@ -343,7 +325,7 @@ def test_third_signal_stops_at_once(tmp_path: Path) -> None:
 
 
 def test_json_output_is_whole_when_not_interrupted(tmp_path: Path) -> None:
-    manifest = project(tmp_path)
+    manifest = small_project(tmp_path, ("a", "b"))
     env = dict(os.environ)
     env.pop("QNN_SDK_ROOT", None)
     env.pop("GITHUB_ACTIONS", None)

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,7 +24,7 @@ from qnn_ci.errors import UserError
 from qnn_ci.stages.sdk_common import cache_dir
 from qnn_ci.util.memo import Memo, memo_key
 from qnn_ci.util.workfolder import open_new, refuse_links
-from tests.core.graphs import FLOATS_GEN, scale_model
+from tests.core.graphs import small_project
 
 
 class Writes(Stage):
@@ -245,22 +244,6 @@ def test_open_new_replaces_a_link_and_leaves_its_target(tmp_path: Path, outside:
 
 # -- `qnn-ci run` as a real process ----------------------------------------------------
 
-def project(folder: Path) -> Path:
-    scale_model(folder / "m.onnx", dims=["N", 8])
-    (folder / "gens.py").write_text(FLOATS_GEN)
-    manifest = folder / "qnn-ci.yaml"
-    manifest.write_text(textwrap.dedent("""
-        defaults:
-          target: {soc: QCS6490, lib_target: aarch64-oe-linux-gcc11.2}
-          inputs: {x: {shape: [1, 8]}}
-          calibration: {generator: "gens:floats", samples: 6, held_out: 1}
-        exports:
-          - name: a
-            model: m.onnx
-        """).lstrip())
-    return manifest
-
-
 def qnn_ci_run(manifest: Path, work: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("QNN_SDK_ROOT", "ESDK_ENV", "GITHUB_ACTIONS")}
@@ -273,7 +256,7 @@ def qnn_ci_run(manifest: Path, work: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("where", ["export", "stage", "result", "lock", "memo", "shared"])
 def test_qnn_ci_run_refuses_a_link_with_one_line_and_exit_2(tmp_path: Path, outside: Path,
                                                              where: str) -> None:
-    manifest = project(tmp_path)
+    manifest = small_project(tmp_path)
     work = tmp_path / "w"
     if where == "result":
         assert qnn_ci_run(manifest, work).returncode == 0

@@ -4,11 +4,13 @@ built with onnx.helper, the PP-OCR classifier, and a runner for the tools."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -205,3 +207,16 @@ def cls_model() -> Path:
     if not path.is_file():
         pytest.skip(f"PP-OCR classifier model not found: {path}")
     return path
+
+
+def htp_config(folder: Path, graph: str, device: dict[str, Any], vtcm_mb: int = 2) -> Path:
+    """An HTP config for ``graph`` on ``device`` (``vtcm_mb``, O 3) and the backend
+    extensions wrapper that names it; returns the wrapper."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "htp_config.json").write_text(json.dumps(
+        {"graphs": [{"graph_names": [graph], "vtcm_mb": vtcm_mb, "O": 3}], "devices": [device]}))
+    wrapper = folder / "config.json"
+    wrapper.write_text(json.dumps({"backend_extensions": {
+        "shared_library_path": "libQnnHtpNetRunExtensions.so",
+        "config_file_path": "htp_config.json"}}))
+    return wrapper

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import base64
-import json
 import re
 from pathlib import Path
 
 import pytest
 
 from fixtures.qairt_standin import read_standin_payload
-from tests.standin_sdk.conftest import convert, run_bash, run_tool
+from tests.standin_sdk.conftest import convert, htp_config, run_bash, run_tool
 
 X86 = "x86_64-linux-clang"
 
@@ -36,17 +35,6 @@ def libs(sdk: Path, models: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     }
 
 
-def _config(folder: Path, graph: str, device: dict, vtcm_mb: int = 8) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "htp_config.json").write_text(json.dumps(
-        {"graphs": [{"graph_names": [graph], "vtcm_mb": vtcm_mb, "O": 3}], "devices": [device]}))
-    wrapper = folder / "config.json"
-    wrapper.write_text(json.dumps({"backend_extensions": {
-        "shared_library_path": "libQnnHtpNetRunExtensions.so",
-        "config_file_path": "htp_config.json"}}))
-    return wrapper
-
-
 def _generate(sdk: Path, lib: Path, out: Path, config: Path | None = None) -> str:
     extra = f" --config_file {config}" if config else ""
     return (f"{sdk}/bin/x86_64-linux-clang/qnn-context-binary-generator --model {lib} "
@@ -55,7 +43,7 @@ def _generate(sdk: Path, lib: Path, out: Path, config: Path | None = None) -> st
 
 def test_context_binary_carries_the_model(sdk: Path, libs: dict[str, Path],
                                           tmp_path: Path) -> None:
-    config = _config(tmp_path / "cfg", "big", {"soc_id": 43, "dsp_arch": "v73"}, vtcm_mb=8)
+    config = htp_config(tmp_path / "cfg", "big", {"soc_id": 43, "dsp_arch": "v73"}, vtcm_mb=8)
     run = run_bash(_generate(sdk, libs["float"], tmp_path / "out", config), cwd=tmp_path)
     assert "rc=0" in run.stdout, run.text
     assert run.stdout.startswith("qnn-context-binary-generator pid:")
@@ -74,7 +62,7 @@ def test_context_binary_carries_the_model(sdk: Path, libs: dict[str, Path],
 def test_fp16_on_v68_aborts(sdk: Path, libs: dict[str, Path], tmp_path: Path, device: dict,
                             lib: str, aborts: bool) -> None:
     graph = "half" if lib == "fp16" else "big"
-    config = _config(tmp_path / "cfg", graph, device, vtcm_mb=64)
+    config = htp_config(tmp_path / "cfg", graph, device, vtcm_mb=64)
     run = run_bash(_generate(sdk, libs[lib], tmp_path / "out", config), cwd=tmp_path)
     if aborts:
         assert "rc=134" in run.stdout, run.text
@@ -87,7 +75,7 @@ def test_fp16_on_v68_aborts(sdk: Path, libs: dict[str, Path], tmp_path: Path, de
 
 def test_vtcm_overflow_fails_graph_finalize(sdk: Path, libs: dict[str, Path],
                                            tmp_path: Path) -> None:
-    config = _config(tmp_path / "cfg", "big", {"soc_id": 35, "dsp_arch": "v68"}, vtcm_mb=1)
+    config = htp_config(tmp_path / "cfg", "big", {"soc_id": 35, "dsp_arch": "v68"}, vtcm_mb=1)
     run = run_bash(_generate(sdk, libs["float"], tmp_path / "out", config), cwd=tmp_path)
     assert "rc=1" in run.stdout
     assert re.search(r"\[ ERROR \] Requires 0x[0-9a-f]+ bytes of TCM, which is greater than the "

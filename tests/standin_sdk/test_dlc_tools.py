@@ -21,7 +21,14 @@ from onnx import TensorProto, helper, numpy_helper
 from fixtures.qairt_standin import HOST_BIN, make_sdk, set_sdk_faults
 from fixtures.qairt_standin.context_blob import read_context_payload
 from fixtures.qairt_standin.net_run import make_board
-from tests.standin_sdk.conftest import Run, run_bash, run_tool, tiny_conv, write_samples
+from tests.standin_sdk.conftest import (
+    Run,
+    htp_config,
+    run_bash,
+    run_tool,
+    tiny_conv,
+    write_samples,
+)
 
 X86_LIB = "lib/x86_64-linux-clang"
 DLC_LIB = "libQnnModelDlc.so"
@@ -54,17 +61,6 @@ def _meta(text: str, key: str) -> str:
     match = re.search(rf"^{re.escape(key)}: ?(.*)$", text, re.M)
     assert match, f"no {key!r} line in:\n{text}"
     return match.group(1)
-
-
-def _config(folder: Path, graph: str, device: dict, vtcm_mb: int = 2) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "htp_config.json").write_text(json.dumps(
-        {"graphs": [{"graph_names": [graph], "vtcm_mb": vtcm_mb, "O": 3}], "devices": [device]}))
-    wrapper = folder / "config.json"
-    wrapper.write_text(json.dumps({"backend_extensions": {
-        "shared_library_path": "libQnnHtpNetRunExtensions.so",
-        "config_file_path": "htp_config.json"}}))
-    return wrapper
 
 
 def _context(sdk: Path, dlc: str | Path, out: Path, config: Path | None = None,
@@ -455,7 +451,7 @@ def board(work: Path) -> Path:
 def test_host_context_binary_runs_on_the_board(sdk: Path, quant_dlc: Path, model: Path,
                                                board: Path, calib: Path,
                                                tmp_path: Path) -> None:
-    config = _config(tmp_path / "cfg", "tiny", {"soc_model": 93, "dsp_arch": "v68"})
+    config = htp_config(tmp_path / "cfg", "tiny", {"soc_model": 93, "dsp_arch": "v68"})
     run = run_bash(_context(sdk, quant_dlc, tmp_path / "out", config), cwd=tmp_path)
     assert "rc=0" in run.stdout, run.text
     ctx = tmp_path / "out" / "ctx.bin"
@@ -497,7 +493,7 @@ def test_fp16_dlc_on_v68_aborts(sdk: Path, float_dlc: Path, calib: Path, tmp_pat
     run = _tool(sdk, "qairt-quantizer", "--input_dlc", float_dlc, "--output_dlc", fp16,
                 "--input_list", calib, "--float_fallback", "--float_bitwidth", "16")
     assert run.code == 0, run.text
-    config = _config(tmp_path / "cfg", "fp16", device, vtcm_mb=8 if not aborts else 2)
+    config = htp_config(tmp_path / "cfg", "fp16", device, vtcm_mb=8 if not aborts else 2)
     run = run_bash(_context(sdk, fp16, tmp_path / "out", config), cwd=tmp_path)
     if aborts:
         assert "rc=134" in run.stdout, run.text
@@ -510,7 +506,7 @@ def test_vtcm_overflow(sdk: Path, tmp_path: Path) -> None:
     dlc = tmp_path / "big.dlc"
     run = _tool(sdk, "qairt-converter", "-i", _big_model(tmp_path / "big.onnx"), "-o", dlc)
     assert run.code == 0, run.text
-    config = _config(tmp_path / "cfg", "big", {"soc_model": 93, "dsp_arch": "v68"}, vtcm_mb=2)
+    config = htp_config(tmp_path / "cfg", "big", {"soc_model": 93, "dsp_arch": "v68"}, vtcm_mb=2)
     run = run_bash(_context(sdk, dlc, tmp_path / "out", config), cwd=tmp_path)
     assert "rc=1" in run.stdout
     assert re.search(r"Requires 0x[0-9a-f]+ bytes of TCM, which is greater than the TCM size "
@@ -545,7 +541,7 @@ def test_context_version_fault_is_refused_by_the_board(quant_dlc: Path, board: P
                                                       calib: Path, tmp_path: Path) -> None:
     root = make_sdk(tmp_path / "sdk", "2.31.0",
                     faults={"context_version": {"version": "2.40.0"}})
-    config = _config(tmp_path / "cfg", "tiny", {"soc_model": 93})
+    config = htp_config(tmp_path / "cfg", "tiny", {"soc_model": 93})
     run = run_bash(_context(root, quant_dlc, tmp_path / "out", config), cwd=tmp_path)
     assert "rc=0" in run.stdout, run.text
     run = run_bash(f"LD_LIBRARY_PATH={board}/lib {board}/bin/qnn-net-run --backend "
