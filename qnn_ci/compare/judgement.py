@@ -20,6 +20,8 @@ from qnn_ci.engine.results import Finding, Severity
 
 @dataclass
 class Judgement:
+    """The three comparisons and the rule; the stage labels and gates them."""
+
     vs_cpu: Comparison            # the device against the CPU run (the gate)
     cpu_vs_truth: Comparison      # the CPU run against fp32 (gated by the same thresholds)
     device_vs_truth: Comparison   # the device against fp32 (for the record: no bounds)
